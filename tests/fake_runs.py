@@ -1,10 +1,4 @@
-"""Result folders as the ServerApp writes them, without running a federation.
-
-``config.json`` is the resolved run config the way the ServerApp records it
-(:func:`server_app.config.parse_run_config` of the defaults plus the overrides, with the data
-folder made absolute, plus values derived at run time), ``metrics.jsonl`` one line per round,
-``summary.json`` and ``status.json`` (:mod:`server_app.run_folder.run_status`).
-"""
+"""Result folders as the ServerApp writes them (config, metrics, summary, status), no federation."""
 
 from __future__ import annotations
 
@@ -62,11 +56,12 @@ SCHEDULED = {"fedcgd-fscd": [4, 5, 6], "bc": [6, 6, 7]}  # per round, plus the s
 
 
 def fake_run(result_dir: Path, policy: str, seed: int, accuracy: list, shared=None, **status):
-    """A run's files with ``accuracy`` per round (settings: ``shared``), σ̂ = 1 + seed."""
+    """A run's files with ``accuracy`` per round (settings: ``shared``), σ̂ = 1 + seed, Ĝ = 0.5 +
+    seed."""
     scheduled = SCHEDULED.get(policy, [3, 3, 3])
     lines = [
         {"round": r, "accuracy": acc, "num_scheduled": scheduled[r - 1] + seed,
-         "wemd": 0.1 * r + 0.01 * seed, "sigma": 1.0 + seed}
+         "wemd": 0.1 * r + 0.01 * seed, "sigma": 1.0 + seed, "class_gradient_used": 0.5 + seed}
         for r, acc in enumerate(accuracy, start=1)
     ]  # fmt: skip
     write_run(result_dir, {**(shared or {}), "policy": policy, "seed": seed}, lines, **status)
@@ -82,11 +77,9 @@ CRASH_LOG = f"\x1b[92mINFO \x1b[0m: [ROUND 1/1]\n{RED}{CRASHED}\n{RED}Traceback 
 
 
 def finishing_flwr(calls: list, accuracy=lambda c: [0.5], fails=lambda c: None):
-    """``run_flwr`` recording each run config and writing a finished run of its settings with
-    ``accuracy(run_config)``. ``fails(run_config)``: ``"exit"`` (exit code 1, nothing written),
-    ``"status"`` (the ServerApp failed: ``flwr run`` exits 0), ``"crash"`` (the simulation
-    crashed before the ServerApp said why: Flower's ERROR lines) or None. A run started anew
-    finds no run's files."""
+    """``run_flwr`` recording each run config and writing a finished run with ``accuracy(it)``,
+    or per ``fails(it)``: ``"exit"`` (exit code 1), ``"status"`` (the ServerApp failed),
+    ``"crash"`` (Flower's ERROR lines, no status)."""
 
     def fake_flwr(run_config, **kwargs):
         calls.append(dict(run_config))
@@ -108,10 +101,7 @@ def finishing_flwr(calls: list, accuracy=lambda c: [0.5], fails=lambda c: None):
 
 
 def last_two_lines(capsys: Any, out: Path) -> tuple[str, str]:
-    """The last two lines a comparison into ``out`` wrote to stderr (what failed, what next).
-
-    Its first line on stdout must name ``out``.
-    """
+    """The last two lines on stderr of a comparison whose first on stdout names ``out``."""
     captured = capsys.readouterr()
     assert captured.out.splitlines()[0] == f"output folder: {out}"
     failed, last = captured.err.strip().splitlines()[-2:]

@@ -1,9 +1,4 @@
-"""The evidence's tests: rounds to the target paired and censored, and the Ĝ/σ̂ indicator.
-
-Expected values are computed by hand or by a slow, obviously correct oracle (every sign flip
-of a signed-rank statistic); result folders are written by hand (``config.json``,
-``metrics.jsonl``), so no federation runs here.
-"""
+"""Rounds to the target and the Ĝ/σ̂ indicator, by hand or by an oracle (every sign flip)."""
 
 from __future__ import annotations
 
@@ -201,21 +196,15 @@ def test_the_indicator_is_tested_across_settings_not_across_points(
     assert line.splitlines()[0].startswith("Ĝ/σ̂ over rounds 1-50 (FedCGD-FSCD)")  # no rounds known
 
 
-def metrics_lines(accuracy: list[float], ratio: float) -> list[dict]:
-    """Rounds 1..n with σ̂ = 2 and Ĝ = 2 × ``ratio`` (so Ĝ/σ̂ = ``ratio``)."""
-    return [
-        {"round": r, "accuracy": a, "sigma": 2.0, "class_gradient_used": 2.0 * ratio}
-        for r, a in enumerate(accuracy, start=1)
-    ]
-
-
 def write_pair(out: Path, seed: int, fscd: list[float], bc: list[float], ratio: float, **kw):
-    """A FedCGD-FSCD and a BC run of ``seed`` under ``out`` (settings ``kw``)."""
+    """A FedCGD-FSCD and a BC run of ``seed`` under ``out`` (settings ``kw``), Ĝ/σ̂ = ``ratio``."""
     for policy, accs in (("fedcgd-fscd", fscd), ("bc", bc)):
-        lines = metrics_lines(accs, ratio)
-        write_run(
-            planning.run_dir(out, policy, seed), {"policy": policy, "seed": seed, **kw}, lines
-        )
+        lines = [
+            {"round": r, "accuracy": a, "sigma": 2.0, "class_gradient_used": 2.0 * ratio}
+            for r, a in enumerate(accs, start=1)
+        ]
+        overrides = {"policy": policy, "seed": seed, **kw}
+        write_run(planning.run_dir(out, policy, seed), overrides, lines)
 
 
 def test_indicator_points_pair_fscd_with_bc_per_setting_and_seed_and_count_a_run_once(
@@ -239,54 +228,10 @@ def test_indicator_points_pair_fscd_with_bc_per_setting_and_seed_and_count_a_run
     assert points[1]["fscd_late_accuracy"] == pytest.approx(0.9)
 
 
-@pytest.fixture
-def kept_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The runs written by hand are read back: none may run."""
-    monkeypatch.setattr(execution, "run_flwr", lambda *a, **k: pytest.fail("kept runs ran"))
-
-
-def test_a_comparison_writes_rounds_run_the_rounds_tests_and_the_indicator(
-    tmp_path: Path, kept_runs: None
-) -> None:
-    # rounds to 0.6: fedcgd-fscd 3, 2, 4; bc 3, never (4 rounds run), 2
-    fscd = {0: [0.3, 0.5, 0.7, 0.7], 1: [0.3, 0.6, 0.5, 0.5], 2: [0.1, 0.2, 0.4, 0.6]}
-    bc = {0: [0.3, 0.5, 0.6, 0.6], 1: [0.3, 0.4, 0.5, 0.5], 2: [0.1, 0.6, 0.6, 0.5]}
-    for seed in fscd:
-        write_pair(tmp_path, seed, fscd[seed], bc[seed], 0.5 + seed)
-    execution.run_policies(
-        ["fedcgd-fscd", "bc"], {}, tmp_path, seeds=[0, 1, 2], target_accuracy=0.6
-    )
-    runs = {(r["policy"], r["seed"]): r for r in read_csv(tmp_path / "runs.csv")}
-    assert {r["rounds_run"] for r in runs.values()} == {"4"}
-    assert runs[("bc", "1")]["rounds_to_target"] == ""
-    table = {r["policy"]: r for r in read_csv(tmp_path / "table.csv")}
-    row = table["bc"]
-    # bc - fscd: 0, (4 + 1) - 2 = 3, 2 - 4 = -2
-    assert row["rounds_earlier_vs_fedcgd_fscd"] == "1"
-    assert row["rounds_later_vs_fedcgd_fscd"] == "1"
-    assert row["rounds_tied_vs_fedcgd_fscd"] == "1"
-    assert row["rounds_censored_pairs"] == "1"
-    assert float(row["rounds_sign_p_vs_fedcgd_fscd"]) == pytest.approx(1.0)
-    assert float(row["rounds_wilcoxon_p_vs_fedcgd_fscd"]) == pytest.approx(
-        signed_rank_p_by_enumeration([3, -2])
-    )
-    for key in results.ROUNDS_TEST_COLUMNS:
-        assert table["fedcgd-fscd"][key] == ""
-    points = read_csv(tmp_path / "indicator.csv")
-    assert [p["seed"] for p in points] == ["0", "1", "2"]
-    # last 20 % of 4 rounds: round 4; gaps 0.1, 0.0, 0.1; Ĝ/σ̂ 0.5, 1.5, 2.5
-    assert [float(p["gap_late"]) for p in points] == pytest.approx([0.1, 0.0, 0.1])
-    (summary,) = read_csv(tmp_path / "indicator_test.csv")
-    assert summary["n_points"] == "3" and summary["early_rounds"] == "50"
-    # ranks x 1 2 3, y 2.5 1 2.5: rho = cov / (sd sd) of the ranks
-    assert float(summary["spearman_rho"]) == pytest.approx(
-        np.corrcoef([1, 2, 3], [2.5, 1, 2.5])[0, 1]
-    )
-
-
 def test_the_indicator_command_pools_comparisons(
-    tmp_path: Path, kept_runs: None, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    monkeypatch.setattr(execution, "run_flwr", lambda *a, **k: pytest.fail("kept runs ran"))
     gaps = {"one": [0.0, 0.1], "two": [0.2, 0.3]}  # gap grows with Ĝ/σ̂ 1, 2, 3, 4
     ratio = iter([1.0, 2.0, 3.0, 4.0])
     for name, per_seed in gaps.items():

@@ -1,5 +1,4 @@
-"""Runs side by side (``launcher.jobs`` > 1: Ray tasks on this machine): how many at once, logs,
-the same results as one at a time, a failed run named, and stopping (by PID: test_kill9)."""
+"""Runs side by side (``launcher.jobs`` > 1: Ray tasks on this machine)."""
 
 from __future__ import annotations
 
@@ -8,33 +7,24 @@ import time
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from proc_tree import alive, command_line, descendants
 from run_results import comparable, same_model
 from subprocesses import FEDCGD, run_ok
+from test_reproduce import load
 
-from experiments.compare.reproduce import CONF_DIR, reproduce
+from experiments.compare.reproduce import reproduce
 from experiments.run.processes import usable_cores
 from experiments.run.ray_runs import RUN_LOG, resolve_jobs
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "2", True, None])
-def test_a_bad_job_count_is_refused_naming_the_setting(bad):
-    with pytest.raises(ValueError, match=r"jobs: got .*allowed: a whole number >= 1"):
-        resolve_jobs(bad, "inprocess")
-
-
-def test_zero_jobs_means_one_per_usable_core_and_only_inprocess_runs_side_by_side():
+def test_jobs_zero_means_one_per_core_only_inprocess_side_by_side_and_bad_counts_refused(bad):
     assert resolve_jobs(0, "inprocess") == len(os.sched_getaffinity(0)) == usable_cores()
-    assert resolve_jobs(3, "inprocess") == 3
-    assert resolve_jobs(1, "simulation") == 1
+    assert resolve_jobs(3, "inprocess") == 3 and resolve_jobs(1, "simulation") == 1
     with pytest.raises(ValueError, match=r"jobs: got 2 with engine 'simulation'.*inprocess"):
         resolve_jobs(2, "simulation")
-
-
-def load(preset: str, overrides: list[str]):
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        return compose("config", overrides=[f"experiment={preset}", *overrides])
+    with pytest.raises(ValueError, match=r"jobs: got .*allowed: a whole number >= 1"):
+        resolve_jobs(bad, "inprocess")
 
 
 @pytest.mark.slow  # 60 s; test_paths runs a preset side by side in the default suite

@@ -46,3 +46,7 @@ def test_tiny_run_writes_consistent_csv_and_only_under_out(
         iterations = np.mean([float(r[f"{method}_iterations"]) for r in group])
         assert float(entry["mean_iterations"]) == pytest.approx(iterations)
     assert (out / "solver_performance.png").stat().st_size > 0
+    assert solver_performance.figure_title([0.1, 1.0, 10.0], 3) == (
+        "P1 instances: UMi uplinks, CIFAR-10 CNN (258,898 × 32 bit), deadline 2 s"
+        " · Dirichlet α = 0.1, 1, 10 · 3 per (V, α)"
+    )

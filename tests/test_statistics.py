@@ -10,7 +10,6 @@ from scipy import stats
 
 from experiments.analysis.statistics import (
     finite,
-    first_round_reaching,
     holm,
     km_median,
     mean_band,
@@ -38,38 +37,27 @@ def test_mean_and_ci_by_hand(values: list, mean: float, half: float) -> None:
     assert finite([1, None, float("nan"), 2.5]) == [1.0, 2.5]
 
 
-def test_paired_t_test_matches_the_formula():
-    a = {0: 0.70, 1: 0.74, 2: 0.69, 3: 0.75}
-    b = {0: 0.60, 1: 0.66, 2: 0.65, 3: 0.62}
-    # d = 0.10, 0.08, 0.04, 0.13; sd(d) = 0.03775, t = 0.0875 / (0.03775 / 2) = 4.636 on 3 df
-    result = paired_test(a, b)
-    assert (result.n, result.mean_diff) == (4, pytest.approx(0.0875))
-    assert result.p_value == pytest.approx(2 * stats.t.sf(4.6358, 3), abs=1e-4)
-    assert result.p_value == pytest.approx(0.0189, abs=1e-4)
-    # the sign follows values - reference
-    flipped = paired_test(b, a)
-    assert (flipped.mean_diff, flipped.p_value) == pytest.approx((-0.0875, result.p_value))
-    # only common finite seeds: d = 1, 1.5, 3
-    common = paired_test({0: 1, 1: 2, 2: 4, 7: 9, 3: None}, {0: 0, 1: 0.5, 2: 1, 3: 1, 5: 1})
-    d = np.array([1.0, 1.5, 3.0])
-    t = d.mean() / (d.std(ddof=1) / math.sqrt(3))
-    assert (common.n, common.mean_diff) == (3, pytest.approx(d.mean()))
-    assert common.p_value == pytest.approx(2 * stats.t.sf(t, 2))
-
-
 @pytest.mark.parametrize(
-    ("a", "b", "n", "diff"),
+    ("a", "b", "n", "diff", "p"),
     [
-        ({0: 0.7}, {0: 0.6}, 1, 0.1),
-        ({0: 0.7}, {1: 0.6}, 0, math.nan),
-        ({0: 0.7, 1: 0.6}, {0: 0.7, 1: 0.6}, 2, 0.0),
-        ({0: 0.7, 1: 0.6, 2: 0.8}, {0: 0.6, 1: 0.5, 2: 0.7}, 3, 0.1),  # no spread
+        # the common finite seeds: d = 1, 1.5, 3, sd² = 13/12, t = (11/6) / √(13/36) = 11/√13
+        (
+            {0: 1, 1: 2, 2: 4, 7: 9, 3: None}, {0: 0, 1: 0.5, 2: 1, 3: 1, 5: 1}, 3, 11 / 6,
+            2 * stats.t.sf(11 / math.sqrt(13), 2),
+        ),
+        ({0: 0.7}, {0: 0.6}, 1, 0.1, math.nan),
+        ({0: 0.7}, {1: 0.6}, 0, math.nan, math.nan),
+        ({0: 0.7, 1: 0.6}, {0: 0.7, 1: 0.6}, 2, 0.0, math.nan),
+        ({0: 0.7, 1: 0.6, 2: 0.8}, {0: 0.6, 1: 0.5, 2: 0.7}, 3, 0.1, math.nan),  # no spread
     ],
-)
-def test_paired_test_undefined_cases(a: dict, b: dict, n: int, diff: float) -> None:
+)  # fmt: skip
+def test_the_paired_t_test_of_the_common_finite_seeds_and_where_it_is_undefined(
+    a: dict, b: dict, n: int, diff: float, p: float
+) -> None:
+    """Its formula and sign on more seeds: test_compare_policies.test_tables_from_finished_runs."""
     result = paired_test(a, b)
     assert result.n == n and result.mean_diff == pytest.approx(diff, nan_ok=True)
-    assert math.isnan(result.p_value)
+    assert result.p_value == pytest.approx(p, nan_ok=True)
 
 
 def test_holm_by_hand() -> None:
@@ -91,13 +79,6 @@ def test_the_kaplan_meier_median_counts_the_runs_that_never_reach_the_target() -
     )
     assert km_median([(10, 50), (20, 50)]) == 10  # half by round 10
     assert km_median([(None, 50)]) == math.inf and math.isnan(km_median([]))
-
-
-def test_first_round_reaching():
-    assert first_round_reaching([1, 2, 3, 4], [0.2, 0.61, 0.5, 0.7], 0.6) == 2
-    assert first_round_reaching([5, 10], [0.2, 0.6], 0.6) == 10
-    assert first_round_reaching([1, 2], [0.2, 0.3], 0.6) is None
-    assert first_round_reaching([1, 2], [0.2, 0.3], None) is None
 
 
 def test_mean_band_per_round():

@@ -1,7 +1,4 @@
-"""The evidence's tests: rounds to the target (paired, censored) and the Ĝ/σ̂ indicator.
-
-Why these tests: docs/comparing.md; scipy computes every p.
-"""
+"""Rounds to the target (paired, censored) and the Ĝ/σ̂ indicator (docs/comparing.md)."""
 
 from __future__ import annotations
 
@@ -29,12 +26,9 @@ Reached = tuple[int | None, int]
 
 @dataclass(frozen=True)
 class RoundsTest:
-    """Rounds to the target of a policy against a reference over ``n`` common seeds.
-
-    ``earlier`` / ``later`` / ``tied``: seeds the policy reached it before / after / with the
-    reference (censored: after); ``censored``: pairs where one never did. ``sign_p``: exact sign
-    test, ``wilcoxon_p``: signed-rank test of :func:`censored_rounds` differences (NaN: no untied).
-    """
+    """Rounds to the target against a reference over ``n`` common seeds: seeds reached
+    ``earlier`` / ``later`` / ``tied``, pairs ``censored``, exact sign and signed-rank p (NaN:
+    no untied pair)."""  # noqa: D205, D209
 
     n: int
     earlier: int
@@ -171,11 +165,8 @@ def indicator_points(
     early_rounds: int = EARLY_ROUNDS,
     late_fraction: float = LATE_FRACTION,
 ) -> list[dict[str, Any]]:
-    """One :data:`INDICATOR_COLUMNS` row per (setting, seed) of ``runs.csv`` rows with both runs.
-
-    The setting: ``setting``, else ``sweep``, else ``default``. An FSCD run with the settings of
-    one already counted (τ = 1 and r = 1 are one run) counts once. ValueError: a damaged file.
-    """
+    """One :data:`INDICATOR_COLUMNS` row per (setting, seed) with both runs; an FSCD run with
+    the settings of one already counted (τ = 1 and r = 1 are one run) counts once."""  # noqa: D205, D209
     pairs: dict[tuple[str, str], dict[str, Path]] = {}
     for run in runs:
         policy = str(run["policy"])
@@ -216,11 +207,7 @@ def indicator_summary(
     early_rounds: int = EARLY_ROUNDS,
     late_fraction: float = LATE_FRACTION,
 ) -> dict[str, Any]:
-    """The :data:`INDICATOR_TEST_COLUMNS` row over ``points`` (docs/comparing.md).
-
-    Primary: :func:`setting_test` of the settings' means; beside it ρ within settings (centred),
-    the setting-level ρ with each setting left out, and the points pooled.
-    """
+    """The :data:`INDICATOR_TEST_COLUMNS` row over ``points`` (docs/comparing.md)."""
     finite_points = [
         (str(p["setting"]), float(p["ghat_over_sigma_early"]), float(p["gap_late"]))
         for p in points
@@ -263,11 +250,8 @@ def _rho(rho: float, p: float, what: str, n: int) -> str:
 
 
 def indicator_line(summary: Mapping[str, Any], rounds_run: Sequence[int] = ()) -> str:
-    """The console lines: the setting-level verdict, then the other figures.
-
-    ``rounds_run``: the FSCD runs' rounds (they bound the early rounds); a ρ is shown only where
-    its test could reach p < :data:`ALPHA`.
-    """
+    """The console lines: the setting-level verdict, then the other figures (``rounds_run``:
+    the FSCD runs', they bound the early rounds); a ρ only where p < :data:`ALPHA` can be."""  # noqa: D205, D209
     n, rho, p = (summary[k] for k in ("n_settings", "setting_spearman_rho", "setting_p_value"))
     testable = math.isfinite(rho) and 2 / math.factorial(n) < ALPHA
     if not math.isfinite(rho):

@@ -1,7 +1,4 @@
-"""How every figure looks: axis labels with units, ranges, one style per policy, bands, titles.
-
-The rules: docs/comparing.md ("Comparing policies", ``curves.png``).
-"""
+"""How every figure looks: axis labels with units, ranges, one style per policy, bands, titles."""
 
 from __future__ import annotations
 
@@ -147,16 +144,11 @@ def smoothing_window(num_rounds: int) -> int:
 
 
 def smooth_curve(curve: Mapping[int, float], window: int) -> dict[int, float]:
-    """``curve`` (round -> value) as its centred moving average over ``window`` (odd) rounds.
-
-    At the ends, the mean of the values that exist.
-    """
+    """``curve`` (round -> value) as its centred moving average (at the ends: of what exists)."""
     rounds = sorted(curve)
     x = np.array([curve[r] for r in rounds], dtype=float)
-    ones = np.ones_like(x)
-    mean = uniform_filter1d(x, window, mode="constant") / uniform_filter1d(
-        ones, window, mode="constant"
-    )
+    kept = uniform_filter1d(np.ones_like(x), window, mode="constant")
+    mean = uniform_filter1d(x, window, mode="constant") / kept
     return dict(zip(rounds, map(float, mean), strict=True))
 
 
@@ -171,11 +163,9 @@ def draw_group(
     bands: bool = True,
     num_devices: float = math.inf,
 ) -> None:
-    """Draw the per-round mean of ``curves`` on ``ax``, with its 95 % band from two runs on.
+    """Draw the per-round mean of ``curves`` on ``ax``, with its clipped 95 % band from two runs on.
 
-    The band is clipped to the metric's range (device counts: to ``num_devices``). With
-    ``smooth`` > 1 the raw mean is a faint line and the labelled line and band are of the runs'
-    moving averages.
+    With ``smooth`` > 1: the raw mean faint, the line and band of the runs' moving averages.
     """
     style = dict(style or {})
     color = style.pop("color", None)
@@ -273,10 +263,7 @@ def split_text(tasks: Sequence[Mapping[str, Any]]) -> str:
 
 
 def settings_title(configs: Sequence[Mapping[str, Any] | None]) -> str:
-    """Data set · split · τ · V · aggregator (unless FedAvg) · seeds of runs with these configs.
-
-    Each part lists its distinct values; an unknown config is left out; "" when none is known.
-    """
+    """Data set · split · τ · V · aggregator (unless FedAvg) · seeds, each part's values."""
     known = [c for c in configs if c and isinstance(c.get("task"), Mapping)]
     tasks = [c["task"] for c in known]
     if not known:

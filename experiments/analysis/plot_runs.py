@@ -1,8 +1,4 @@
-"""``fedcgd plot`` (accuracy, scheduled devices, WEMD per round) and a preset's figures.
-
-One line per run, or with ``--mean`` a mean curve and 95 % band per group (:func:`plot_mean_runs`);
-a preset's ``estimates.png`` and ``sweep.png``; the rules: :mod:`experiments.analysis.figures`.
-"""
+"""``fedcgd plot`` (accuracy, scheduled devices, WEMD per round) and a preset's figures."""
 
 from __future__ import annotations
 
@@ -39,10 +35,7 @@ MAX_LABEL_VALUE = 24
 
 
 def load_run(result_dir: Path) -> tuple[str, list[dict]]:
-    """(policy, per-round lines) of a result folder; ValueError: one line naming a damaged file.
-
-    A policy by reference is its class name; without ``config.json``, the folder's name.
-    """
+    """(policy label or the folder's name, per-round lines); ValueError: a damaged file."""
     try:
         lines = read_metrics_lines(result_dir)
         config_path = result_dir / CONFIG_FILE
@@ -70,10 +63,7 @@ def draw_panels(
     bands: bool = True,
     titles: Mapping[str, str] | None = None,
 ) -> Path:
-    """Each (label, folders) group in its style on one panel per metric, titled; save to ``out``.
-
-    ``titles``: metric -> panel title, all smoothed (default: :data:`PANEL_KEYS`, untitled).
-    """
+    """Each (label, folders) group in its style on a panel per metric (``titles``: all smoothed)."""
     titles = titles or dict.fromkeys(PANEL_KEYS, "")
     smoothed = SMOOTHED_KEYS if titles.keys() == set(PANEL_KEYS) else tuple(titles)
     size = (14 if len(titles) > 2 else 12, 4.8)
@@ -107,10 +97,7 @@ def _finite(value: Any) -> bool:
 
 
 def folder_suffix(index: int, paths: Sequence[Path]) -> str:
-    """The fewest trailing parts of ``paths[index]`` no other path ends with (``a/seed-0``).
-
-    A folder given twice: its name and ``#1``, ``#2``.
-    """
+    """The fewest trailing parts of ``paths[index]`` no other path ends with, else ``name #k``."""
     parts = paths[index].parts
     others = [p.parts for i, p in enumerate(paths) if i != index]
     for k in range(1, len(parts) + 1):
@@ -130,10 +117,7 @@ def _value_text(value: Any) -> str:
 def differing_settings(
     configs: Sequence[Mapping[str, Any] | None], skip: Sequence[str] = ()
 ) -> list[str]:
-    """Per run, the settings that differ between the runs: ``local_steps=5, seed=1``.
-
-    From each ``config.json`` (None: nothing shown); :data:`UNLABELLED` and ``skip`` left out.
-    """
+    """Per ``config.json``, the settings that differ between them: ``local_steps=5, seed=1``."""
     flats = [flat_settings(c) if c else None for c in configs]
     known = [f for f in flats if f is not None]
     left_out = (*UNLABELLED, *skip)
@@ -155,10 +139,7 @@ def differing_settings(
 def run_labels(
     result_dirs: Sequence[Path], policies: Sequence[str], settings: Sequence[str] | None = None
 ) -> list[str]:
-    """Legend label of each run: its policy's name, the ``settings`` that differ, then the folder.
-
-    The folder only where another run still has the same label.
-    """
+    """Each run's policy name and ``settings``, then its folder where another has the same."""
     names = [figures.policy_name(p) for p in policies]
     if settings is not None:
         names = [f"{n} · {s}" if s else n for n, s in zip(names, settings, strict=True)]
@@ -174,17 +155,13 @@ def run_labels(
     return labels
 
 
-def aggregator_of(config: Mapping[str, Any] | None) -> str:
-    """The run's aggregator (``""``: FedAvg)."""
-    return str((config or {}).get("aggregator") or "")
-
-
 def plot_runs(result_dirs: list[Path], out: Path) -> Path:
     """The three-panel PNG, one line per run labelled by its policy and the settings that differ."""
     policies = [load_run(d)[0] for d in result_dirs]
     configs = [read_config(d) for d in result_dirs]
     labels = run_labels(result_dirs, policies, differing_settings(configs))
-    styles = figures.series_styles(policies, [aggregator_of(c) for c in configs])
+    aggregators = [str((c or {}).get("aggregator") or "") for c in configs]
+    styles = figures.series_styles(policies, aggregators)
     return draw_panels([(lb, [d]) for lb, d in zip(labels, result_dirs, strict=True)], styles, out)
 
 
@@ -204,14 +181,11 @@ def plot_mean_runs(
     *,
     bands: bool = True,
 ) -> Path:
-    """:func:`plot_runs`' panels with a mean curve (and 95 % band) per group of folders.
-
-    ``groups``: policy -> folders, or (policy, the settings that differ) -> folders.
-    """
+    """:func:`plot_runs`' panels, a mean curve (and band) per policy or (policy, settings)."""
     keyed = {(k, "") if isinstance(k, str) else k: list(v) for k, v in groups.items()}
     legend = figures.policy_order(p for p, _ in keyed)
     order = sorted(keyed, key=lambda key: legend.index(key[0]))
-    aggregators = [aggregator_of(read_config(keyed[key][0])) for key in order]
+    aggregators = [str((read_config(keyed[k][0]) or {}).get("aggregator") or "") for k in order]
     styles = figures.series_styles([p for p, _ in order], aggregators)
     named = [
         (f"{figures.policy_name(p)}{f' · {s}' if s else ''} (n={len(dirs)})", dirs)
@@ -299,12 +273,8 @@ def plot_sweep(
     out: Path,
     title: str = "",
 ) -> Path | None:
-    """``sweep.png``: each metric's mean over seeds ± 95 % CI against the swept key's values.
-
-    One panel per metric, one line per policy (``table.csv`` rows with a ``sweep`` label); bars
-    from two seeds on, clipped to the metric's range; rounds to the target: the Kaplan–Meier
-    median. None unless one key is swept.
-    """
+    """``sweep.png``: per metric, each policy's mean ± 95 % CI (rounds: Kaplan–Meier median)
+    against the swept key's values; None unless one key is swept."""  # noqa: D205, D209
     if len(sweep) != 1 or not metrics:
         return None
     ((key, values),) = sweep.items()

@@ -1,7 +1,4 @@
-"""Statistics over seeds: means with 95 % CIs, paired t-tests, Holm, Kaplan–Meier medians.
-
-Missing values (None, NaN) are dropped first. Why these tests: docs/comparing.md.
-"""
+"""Statistics over seeds (None, NaN dropped): 95 % CIs, paired t, Holm, Kaplan–Meier."""
 
 from __future__ import annotations
 
@@ -38,11 +35,7 @@ class PairedTest:
 def paired_test(
     values: Mapping[int, float | None], reference: Mapping[int, float | None]
 ) -> PairedTest:
-    """``scipy.stats.ttest_rel`` of ``values`` against ``reference`` (seed -> metric).
-
-    Only seeds where both are finite count; p is NaN under two seeds or with differences of no
-    spread. Why not Wilcoxon: docs/comparing.md, "Comparing policies".
-    """
+    """``scipy.stats.ttest_rel`` over the seeds both have finite; p NaN under two or no spread."""
     seeds = sorted(
         s for s in set(values) & set(reference) if finite([values[s]]) and finite([reference[s]])
     )
@@ -59,10 +52,7 @@ def paired_test(
 
 
 def holm(p_values: Sequence[float | None]) -> list[float]:
-    """Holm's step-down adjusted p-values, in the order given; the family: the finite ones.
-
-    The i-th smallest of m becomes ``max over j <= i of min(1, (m - j + 1) p_(j))``.
-    """
+    """Holm's step-down adjusted p-values, in the order given; the family: the finite ones."""
     p = np.array([math.nan if v is None else float(v) for v in p_values], dtype=float)
     known = np.flatnonzero(np.isfinite(p))
     order = known[np.argsort(p[known], kind="stable")]
@@ -73,11 +63,8 @@ def holm(p_values: Sequence[float | None]) -> list[float]:
 
 
 def km_median(runs: Sequence[tuple[int | None, int]]) -> float:
-    """Kaplan–Meier median of rounds to the target over ``(rounds to it or None, rounds run)``.
-
-    A run that never reached it is right-censored at its rounds run (``scipy.stats.ecdf``):
-    ``inf`` when under half reached it, NaN without runs.
-    """
+    """Kaplan–Meier median of ``(rounds to the target or None: censored, rounds run)`` runs;
+    ``inf`` when under half reached it, NaN without runs."""  # noqa: D205, D209
     reached = [int(r) for r, _ in runs if r is not None]
     censored = [int(n) for r, n in runs if r is None]
     if not reached:
@@ -86,15 +73,6 @@ def km_median(runs: Sequence[tuple[int | None, int]]) -> float:
     # a product of (1 - d/n) factors: allow its rounding below an exact one half
     half = np.flatnonzero(cdf.probabilities >= 0.5 - 1e-12)
     return float(cdf.quantiles[half[0]]) if half.size else math.inf
-
-
-def first_round_reaching(
-    rounds: Sequence[int], accuracies: Sequence[float], target: float | None
-) -> int | None:
-    """First of the ``rounds`` whose accuracy reaches ``target``; None if never (or no target)."""
-    if target is None:
-        return None
-    return next((int(r) for r, acc in zip(rounds, accuracies, strict=True) if acc >= target), None)
 
 
 @dataclass(frozen=True)

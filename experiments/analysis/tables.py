@@ -13,11 +13,7 @@ from server_app.run_folder.files import atomic_write
 def write_csv(
     path: Path, rows: Sequence[Mapping[str, object]], columns: Sequence[str] | None = None
 ) -> None:
-    """Write ``rows`` as CSV with a header line, atomically, into a folder made if missing.
-
-    ``columns``: default the first row's keys (no rows: an empty file). A row's key that is no
-    column: ValueError; a file that cannot be written: ``ResultWriteError`` (one line).
-    """
+    """Write ``rows`` as CSV atomically (``columns``: default the first row's keys)."""
     fieldnames = list(columns) if columns is not None else list(rows[0]) if rows else []
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = io.StringIO(newline="")

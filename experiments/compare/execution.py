@@ -101,8 +101,7 @@ class ComparisonRuns:
 
 
 def claim_run_folder(plan: PlannedRun) -> FolderClaim:
-    """Lock a planned run's folder; a run to start loses a stopped run's files (never a summary
-    or a checkpoint: the ServerApp refuses a run that completed or saved one since planned)."""  # noqa: D205, D209
+    """Lock the folder; a run to start loses a stopped run's files, not a summary or checkpoint."""
     claim = claim_folder(plan.result_dir, f"{plan.label}: result folder")
     if plan.action == RUN:
         for name in set(RUN_FILES) - {SUMMARY_FILE, CHECKPOINT_FILE}:
@@ -151,8 +150,7 @@ def run_reason(
     output: str = "",
     failure: BaseException | None = None,
 ) -> str | None:
-    """None when the run completed, else why not: its status, or Flower's first ``ERROR`` line
-    (``failure``: what an in-process run raised)."""  # noqa: D205, D209
+    """None when the run completed, else why not: its status, or Flower's first ``ERROR`` line."""
     outcome = run_outcome(plan.result_dir, launched_unix_s, failure, output)
     if outcome.code == 0 and code == 0:
         return None
@@ -181,12 +179,11 @@ def run_policies(
     seeds: Sequence[int] = (0,),
     target_accuracy: float | None = None,
     num_supernodes: int | None = None,
-    plans: Sequence[PlannedRun] | None = None,
 ) -> ComparisonRuns:
     """A comparison on the simulation engine into ``out/<policy>/seed-<s>``; the tables."""
     seeds = check_comparison(policies, shared, seeds)
     with claim_folder(out, "--out"):
-        plans = plan_runs(policies, shared, out, seeds) if plans is None else plans
+        plans = plan_runs(policies, shared, out, seeds, target_accuracy)
         how = LaunchSettings("simulation", num_supernodes=num_supernodes)
         return run_points([("", plans)], out, how, target_accuracy)
 
@@ -282,7 +279,7 @@ def run_points(
             reason = outcomes[plan.result_dir]
             if reason is None:
                 try:
-                    runs.append(summarise(plan.result_dir, target_accuracy, plan.seed))
+                    runs.append(plan.row or summarise(plan.result_dir, target_accuracy, plan.seed))
                 except ValueError as err:  # a file damaged after the run: not half a table
                     reason = first_line(err)
             if reason is not None:

@@ -1,8 +1,4 @@
-"""Planning a comparison: its settings checked, and each (policy, seed) decided from its folder.
-
-A ``<out>/<policy>/seed-<s>`` with a ``summary.json`` is kept, one with a ``checkpoint.pt``
-resumed, anything else run from the start (docs/comparing.md, "Kept runs").
-"""
+"""Planning a comparison: settings checked, each (policy, seed) kept, resumed or run anew."""
 
 from __future__ import annotations
 
@@ -133,13 +129,14 @@ def check_comparison(
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """One (policy, seed), its folder, its run-config overrides and :data:`RUN` / KEEP / RESUME."""
+    """One (policy, seed): folder, run-config overrides, :data:`RUN` / KEEP / RESUME, kept row."""
 
     policy: str
     seed: int
     result_dir: Path
     overrides: dict[str, Any]
     action: str
+    row: dict[str, Any] | None = None
 
     @property
     def label(self) -> str:
@@ -147,12 +144,16 @@ class PlannedRun:
         return f"{reference_label(self.policy)}/seed-{self.seed}"
 
 
-def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]) -> PlannedRun:
-    """Keep a run with a ``summary.json``, resume one with a ``checkpoint.pt``, else run it.
+def plan_run(
+    policy: str,
+    seed: int,
+    result_dir: Path,
+    shared: Mapping[str, Any],
+    target_accuracy: float | None = None,
+) -> PlannedRun:
+    """Keep a run with a ``summary.json`` (its row read), resume one with a checkpoint, else run.
 
-    A kept run made with other settings, or whose files are damaged, is refused (ValueError,
-    one line) before anything starts: no table mixes runs of two settings or holds half a run.
-    A checkpoint of other settings is refused by the resume itself.
+    A kept run of other settings or with damaged files: ValueError (one line) before any start.
     """
     from server_app.checkpoint import settings_change
     from server_app.config import parse_run_config
@@ -173,15 +174,21 @@ def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]
             f"{result_dir}: {change}; a kept run's settings may not change: give another "
             "output folder, or remove its runs to run them again"
         )
-    summarise(result_dir)  # the row its table will hold: read now, refused now if damaged
-    return PlannedRun(policy, seed, result_dir, overrides, KEEP)
+    row = summarise(result_dir, target_accuracy, seed)  # refused now if damaged
+    return PlannedRun(policy, seed, result_dir, overrides, KEEP, row)
 
 
 def plan_runs(
-    policies: Sequence[str], shared: Mapping[str, Any], out: Path, seeds: Iterable[int]
+    policies: Sequence[str],
+    shared: Mapping[str, Any],
+    out: Path,
+    seeds: Iterable[int],
+    target_accuracy: float | None = None,
 ) -> list[PlannedRun]:
     """:func:`plan_run` for every (policy, seed), in the order they run."""
-    return [plan_run(p, s, run_dir(out, p, s), shared) for p in policies for s in seeds]
+    return [
+        plan_run(p, s, run_dir(out, p, s), shared, target_accuracy) for p in policies for s in seeds
+    ]
 
 
 def plan_points(
@@ -191,6 +198,7 @@ def plan_points(
     out: Path,
     claims: list[FolderClaim],
     option: str,
+    target_accuracy: float | None,
 ) -> list[tuple[str, list[PlannedRun]]]:
     """Each ``(label, settings)``'s runs planned in ``out/<label>`` (claimed: one command at a
     time), every run to start checked by ``preflight.check_before_start``."""  # noqa: D205, D209
@@ -201,7 +209,7 @@ def plan_points(
     for label, shared in variants:
         if label:
             claims.append(claim_folder(out / label, option))
-        points.append((label, plan_runs(policies, shared, out / label, seeds)))
+        points.append((label, plan_runs(policies, shared, out / label, seeds, target_accuracy)))
     for plan in (p for _, plans in points for p in plans if p.action != KEEP):
         probe_free(plan.result_dir, f"{plan.label}: result folder")
         config = with_resolved_data_dir(validated_run_config(plan.overrides))

@@ -1,8 +1,4 @@
-"""``fedcgd compare``: several scheduling policies on the same settings and seeds, compared.
-
-What it writes, which runs it keeps, its exit codes, ``--aggregators`` and ``--channels``:
-docs/comparing.md, "Comparing policies".
-"""
+"""``fedcgd compare``: policies on the same settings and seeds (docs/comparing.md)."""
 
 from __future__ import annotations
 
@@ -28,10 +24,7 @@ DEFAULT_AGGREGATOR_NAME = "default"
 def option_points(
     aggregators: str | None, channels: str | None, shared: dict[str, Any]
 ) -> list[tuple[str, dict[str, Any]]]:
-    """``("", shared)``, or per ``--aggregators`` / ``--channels`` value its folder and settings.
-
-    The folder: ``aggregator=<name>`` or ``channel=<name>`` (a class path as its class name).
-    """
+    """``("", shared)``, or per ``--aggregators`` / ``--channels`` value its folder and settings."""
     if aggregators is not None and channels is not None:
         raise ValueError("give --aggregators or --channels, not both")
     option, key, given = (
@@ -58,11 +51,8 @@ def option_points(
 def run_command(
     check: Callable[[list[FolderClaim]], Callable[[], int]], out: Path, command: str | None = None
 ) -> int:
-    """A comparison's or a preset's command: ``check`` everything, then run; the exit code.
-
-    ``check``'s ValueError or FileNotFoundError: ``error: ...``, exit code 2; after a failure
-    or a signal (exit code 128 + signal) the last line gives ``command`` to run again.
-    """
+    """``check`` everything (refused: exit code 2), then run; the exit code and, after a failure
+    or a signal, a last line with ``command`` to run again."""  # noqa: D205, D209
 
     def checked_then_run() -> int:
         claims: list[FolderClaim] = []
@@ -104,11 +94,12 @@ def compare(args: Mapping[str, Any], command: str | None = None) -> int:
         given = args["seeds"] if args["seeds"] is not None else [shared.pop("seed", 0)]
         variants = option_points(args["aggregators"], args["channels"], shared)
         seeds = [check_comparison(policies, s, given) for _, s in variants].pop()
-        points = plan_points(policies, variants, seeds, out, claims, "--out")
+        target = args["target_accuracy"]
+        points = plan_points(policies, variants, seeds, out, claims, "--out", target)
         ray = (args["ray_address"], args["cpus_per_run"], args["gpus_per_run"])
         how = launch_settings(
             args["engine"], args["jobs"], ray, "--", num_supernodes=args["num_supernodes"]
         )
-        return lambda: run_points(points, out, how, args["target_accuracy"]).report()
+        return lambda: run_points(points, out, how, target).report()
 
     return run_command(check, out, command)

@@ -1,8 +1,4 @@
-"""``fedcgd reproduce experiment=<name> [overrides]``: a paper preset of ``conf/experiment/``.
-
-Every (sweep point, policy, seed) as a run, then the tables and figures per sweep point and
-overall (docs/comparing.md, "Reproducing the paper's tables and figures").
-"""
+"""``fedcgd reproduce experiment=<name> [overrides]``: a preset of ``conf/experiment/``."""
 
 from __future__ import annotations
 
@@ -154,7 +150,10 @@ def reproduce(cfg: DictConfig, command: str | None = None) -> int:
         plans = planned_runs(cfg)
         check_figure_metrics(cfg.get("figure_metrics"))
         variants = [(point_label(point), overrides) for point, overrides in plans]
-        points = plan_points(list(cfg.policies), variants, planned_seeds(cfg), out, claims, "out")
+        points = plan_points(
+            list(cfg.policies), variants, planned_seeds(cfg), out, claims, "out",
+            cfg.get("target_accuracy"),
+        )  # fmt: skip
         ray = (
             launcher.get("ray-address"), launcher.get("cpus-per-run", 1.0),
             launcher.get("gpus-per-run", 0.0),

@@ -1,7 +1,4 @@
-"""A comparison's results: per-run rows, per-policy statistics, tables, curves, console lines.
-
-The columns: docs/comparing.md, "Comparing policies".
-"""
+"""A comparison's results: rows, statistics, tables, curves (docs/comparing.md)."""
 
 from __future__ import annotations
 
@@ -28,13 +25,7 @@ from experiments.analysis.evidence import (
 )
 from experiments.analysis.figures import policy_name
 from experiments.analysis.plot_runs import load_run, plot_estimates, plot_mean_runs, plot_runs
-from experiments.analysis.statistics import (
-    first_round_reaching,
-    holm,
-    km_median,
-    mean_ci95,
-    paired_test,
-)
+from experiments.analysis.statistics import holm, km_median, mean_ci95, paired_test
 from experiments.analysis.tables import write_csv
 from server_app.run_folder.files import atomic_write, read_json_object
 from server_app.run_folder.results import (
@@ -79,13 +70,10 @@ LOST_MARKER = "[!] devices lost"
 def summarise(
     result_dir: Path, target_accuracy: float | None = None, seed: int | None = None
 ) -> dict[str, Any]:
-    """One ``runs.csv`` row (``seed``: from ``config.json`` if None); ValueError: damaged file."""
+    """One ``runs.csv`` row; ValueError: a damaged file."""
     policy, lines = load_run(result_dir)
     config_path = result_dir / CONFIG_FILE
     config = read_json_object(config_path) if config_path.exists() else None
-    if seed is None and config is not None:
-        task = config.get("task")
-        seed = task.get("seed") if isinstance(task, dict) else None
     summary_path = result_dir / SUMMARY_FILE
     ran = read_json_object(summary_path).get("rounds") if summary_path.exists() else None
     rounds = sorted({int(x["round"]) for x in lines})
@@ -97,7 +85,8 @@ def summarise(
     evaluated = [x for x in lines if x.get("accuracy") is not None]
     accs = [x["accuracy"] for x in evaluated]
     wemds = [x["wemd"] for x in lines if x.get("wemd") is not None]
-    reached = first_round_reaching([x["round"] for x in evaluated], accs, target_accuracy)
+    target = math.inf if target_accuracy is None else target_accuracy
+    reached = next((int(x["round"]) for x in evaluated if x["accuracy"] >= target), None)
     return {
         "policy": policy, "seed": seed, "final_accuracy": accs[-1] if accs else None,
         "max_accuracy": max(accs) if accs else None, "rounds_to_target": reached,
@@ -224,10 +213,8 @@ def write_comparison(
     target_accuracy: float | None = None,
     by_sweep: bool = False,
 ) -> list[dict[str, Any]]:
-    """``runs.csv``, ``table.csv``, ``table.md``, the indicator's tables and a figure under
-    ``out``, each printed or named; the rows. The figure: ``curves.png`` (each policy's mean and
-    95 % band), or with ``by_sweep`` (a ``sweep`` column first, rows per point) ``estimates.png``.
-    """  # noqa: D205
+    """``runs.csv``, ``table.csv``, ``table.md``, the indicator's tables and ``curves.png`` (with
+    ``by_sweep``: rows per point, ``estimates.png``) under ``out``; the rows."""  # noqa: D205, D209
     extra = ("sweep",) if by_sweep else ()
     by_point: dict[str, list[Mapping[str, Any]]] = {}
     for run in runs:

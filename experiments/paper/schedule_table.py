@@ -1,8 +1,4 @@
-"""``fedcgd paper schedule-table``: Table II's scheduled number and WEMD without training.
-
-The simulation (drops, rounds, policies, the POC V' fit), then the table and its figures.
-How each policy is simulated: docs/evidence.md, "Table II without CIFAR or a GPU".
-"""
+"""``fedcgd paper schedule-table``: Table II without training (docs/evidence.md)."""
 
 from __future__ import annotations
 
@@ -252,17 +248,6 @@ def choose_poc_candidates(
     return min(finite)[1]
 
 
-def fit_poc(
-    settings: TableSettings,
-    max_candidates: int = 30,
-    progress: Callable[[int, int], None] | None = None,
-) -> list[dict[str, float]]:
-    """POC's :meth:`PolicyStats.summary` for V' = 1 .. ``max_candidates`` on the same rounds."""
-    specs = [PolicySpec(f"poc@{v}", "poc", v) for v in range(1, max_candidates + 1)]
-    results = simulate(settings, specs, progress)
-    return [{"poc_candidates": s.poc_candidates, **results[s.label].summary()} for s in specs]
-
-
 #: The paper's Table II (CIFAR-10, l = 1, r = 1, τ = 1: the only setting the table reports):
 #: policy -> (name in the paper, avg. scheduled number, avg. WEMD), in the printed order.
 PAPER_TABLE_II: dict[str, tuple[str, float, float]] = {
@@ -331,10 +316,7 @@ def main(
     settings: TableSettings, policies_text: str, out: Path, *, fit_poc_max: int | None = None,
     quiet: bool = False,
 ) -> int:  # fmt: skip
-    """``fedcgd paper schedule-table``: simulate, print the table and write the files.
-
-    ``fit_poc_max``: scan POC's V' = 1..it first and use the one nearest the paper's 13.71.
-    """
+    """``fedcgd paper schedule-table`` (``fit_poc_max``: POC's V' nearest 13.71 in 1..it first)."""
     policies = [p.strip() for p in policies_text.split(",") if p.strip()]
     if unknown := [p for p in policies if p not in POLICY_NAMES]:
         print(f"error: unknown policies {unknown}; allowed: {', '.join(POLICY_NAMES)}",
@@ -342,7 +324,9 @@ def main(
         return 2
     out.mkdir(parents=True, exist_ok=True)
     if fit_poc_max is not None:
-        fit = fit_poc(settings, fit_poc_max, None if quiet else step_reporter("fit: drop"))
+        scan = [PolicySpec(f"poc@{v}", "poc", v) for v in range(1, fit_poc_max + 1)]
+        found = simulate(settings, scan, None if quiet else step_reporter("fit: drop"))
+        fit = [{"poc_candidates": s.poc_candidates, **found[s.label].summary()} for s in scan]
         chosen = choose_poc_candidates(
             [int(r["poc_candidates"]) for r in fit], [r["mean_scheduled"] for r in fit]
         )

@@ -1,8 +1,4 @@
-"""The paper's CIFAR-10 setting (Section V, Tables I and II) as run-config keys, stated once.
-
-``conf/setting/paper*.yaml`` hold the same values for the presets; ``tests/test_reproduce.py``
-checks that they agree (docs/design.md, "Paper settings").
-"""
+"""The paper's CIFAR-10 setting as run-config keys (conf/setting/paper*.yaml agree)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""The paper's Section V-B figure "Performance of proposed algorithms" (P1 solvers).
-
-How: docs/evidence.md, "The paper's solver figure and the speed benchmark".
-"""
+"""The paper's figure "Performance of proposed algorithms" (P1 solvers; docs/evidence.md)."""
 
 from __future__ import annotations
 
