@@ -47,9 +47,7 @@ HParam = bool | int | float | str
 
 
 def run_hparams(recorded: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, HParam]:
-    """A run's settings for TensorBoard's HParams view, by run-config key: :data:`ALWAYS`, the
-    settings that change what a run computes and differ from their defaults, and each
-    ``policy-params.<name>`` / ``aggregator-params.<name>``; other values as text."""  # noqa: D205, D209
+    """A run's settings for TensorBoard's HParams view (docs/running.md), by run-config key."""
     run, default = flat_settings(recorded), flat_settings(defaults)
     wanted: dict[str, Any] = {}
     for setting in SETTINGS:

@@ -74,8 +74,7 @@ def _pem(
 
 
 def make_certificates(out: Path, *, supernodes: int, hosts: tuple[str, ...] = ()) -> CertificateSet:
-    """Write a CA, a SuperLink certificate (for 127.0.0.1, localhost and ``hosts``) and
-    ``supernodes`` SuperNode key pairs to ``out``; ValueError (one line): ``out`` refused."""  # noqa: D205, D209
+    """Write a CA, a SuperLink certificate and ``supernodes`` SuperNode key pairs to ``out``."""
     check_certificates_dir(out, supernodes)
     out.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:

@@ -44,8 +44,8 @@ CLIENT_APP_RAISED = 1
 class InProcessGrid(Grid):
     """Deliver messages synchronously to ``handlers[node_id](message, contexts[node_id])``.
 
-    ``cohorts``: each :meth:`send_and_receive`'s messages as cohorts (None: one device at a
-    time); ``keep_sent``: keep what was sent in :attr:`sent` (tests)."""  # noqa: D209
+    ``cohorts`` None: one device at a time; ``keep_sent``: keep what was sent in :attr:`sent`.
+    """
 
     #: A simulation: every message is answered before :meth:`send_and_receive` returns.
     simulated = True

@@ -140,10 +140,9 @@ def start_run(
     check: Callable[[dict[str, Any]], None] = lambda merged: None,
     superlink: str | None = None,
 ) -> Start | None:
-    """Check a run (``--run-config`` ``text``, then ``check``) and lock its folder under ``out``.
+    """Check a run and lock its folder under ``out`` (a given ``superlink``: the address only).
 
-    None after one line ``error: ...`` (exit code 2). On a given ``superlink`` the folder and
-    data are the SuperLink's: only the address is checked here.
+    None after one line ``error: ...`` (exit code 2).
     """
     from experiments.run.preflight import claim_run, effective_result_dir, with_result_dir
 
