@@ -40,8 +40,6 @@ SCALARS: dict[str, str] = {
 
 #: Settings every run's hparams name, whatever their value (run-config keys).
 ALWAYS: tuple[str, ...] = ("policy", "aggregator", "seed")
-#: The metrics TensorBoard's HParams view shows beside the settings (scalar tags above).
-HPARAM_METRICS: tuple[str, ...] = ("accuracy", "loss")
 
 HParam = bool | int | float | str
 
@@ -79,7 +77,7 @@ class RoundRecorder:
         settings = run_hparams(setup.config.to_dict(), defaults)
         stale = list(writer.dir.glob("events.out.tfevents.*"))  # a stopped part's (or none)
         self.events = SummaryWriter(log_dir=str(writer.dir))
-        metrics = dict.fromkeys(HPARAM_METRICS, 0.0)  # names only: the values are the rounds'
+        metrics = {"accuracy": 0.0, "loss": 0.0}  # names only: the values are the rounds'
         for summary in hparams(dict(settings), metrics):
             self.events._get_file_writer().add_summary(summary, 0)  # the run's own event file
         self.events.flush()  # the hparams on disk from the start (a live TensorBoard shows them)

@@ -29,11 +29,15 @@ def certificates_command(
     host: Annotated[
         list[str] | None, typer.Option(help="extra SuperLink name (repeatable)")
     ] = None,
-) -> int:
+) -> None:
     """TLS certificates and SuperNode keys for a deployment (docs/deployment.md)."""
-    from experiments.run import certificates
+    from experiments.run.certificates import make_certificates
 
-    return certificates.main(out, supernodes, host or ())
+    try:
+        made = make_certificates(out, supernodes=supernodes, hosts=tuple(host or ()))
+    except ValueError as err:
+        refuse(str(err))
+    print(f"wrote {made.ca_cert}, {made.server_cert}, {len(made.supernode_keys)} SuperNode keys")
 
 
 @app.command("channel-report")

@@ -10,7 +10,6 @@ import datetime as dt
 import ipaddress
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -159,14 +158,3 @@ def tls_certificates(
     finally:
         if folder is None:
             shutil.rmtree(target, ignore_errors=True)
-
-
-def main(out: Path, supernodes: int = 4, hosts: Sequence[str] = ()) -> int:
-    """``fedcgd certificates``: write the certificate set into ``out``; the exit code."""
-    try:
-        made = make_certificates(out, supernodes=supernodes, hosts=tuple(hosts))
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"wrote {made.ca_cert}, {made.server_cert}, {len(made.supernode_keys)} SuperNode keys")
-    return 0

@@ -267,9 +267,7 @@ def run_flwr(
         options += ["--federation-config", f"num-supernodes={num_supernodes} "
                     f"client-resources-num-cpus={cpus_per_client:g} "
                     f"client-resources-num-gpus={gpus_per_client:g}"]  # fmt: skip
-    if flwr_home is not None:  # kept; else a temporary one
-        flwr_home.mkdir(parents=True, exist_ok=True)
-    home_dir = (
+    home_dir = (  # a given one is kept (made with its logs folder), else a temporary one
         tempfile.TemporaryDirectory(prefix="flwr-home-", ignore_cleanup_errors=True)
         if flwr_home is None
         else contextlib.nullcontext(str(flwr_home))

@@ -107,9 +107,7 @@ def with_last_words(command: Callable[[LastWords], int]) -> int:
 
 def main(options: LaunchOptions, started: StartedAs | None = None) -> int:
     """``fedcgd run`` (:func:`run_command`); SIGINT / SIGTERM stop every process it started."""
-    return with_last_words(
-        lambda words: run_command(options, started or StartedAs(("run",)), words)
-    )
+    return with_last_words(functools.partial(run_command, options, started or StartedAs(("run",))))
 
 
 def results_line(result_dir: Path) -> str:
