@@ -1,1 +1,1 @@
-"""Runs: one federation, runs side by side on Ray, the checks before a start, certificates."""
+"""Runs: one federation, runs side by side on Ray, their processes, checks, progress, TLS."""
