@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -56,9 +57,8 @@ def main(grid: Grid, context: Context) -> None:
         say(FAILURE_MARKER + failure_line(err, Path(config.result_dir)))
 
 
-def say(text: str) -> None:
-    """Print one line of the run's own output (streamed by ``flwr run --stream`` too)."""
-    print(text, flush=True)
+#: Print one line of the run's own output (streamed by ``flwr run --stream`` too).
+say = functools.partial(print, flush=True)
 
 
 #: Seconds a simulation's SuperNode count must stay the same to be its size.
@@ -70,8 +70,7 @@ class TooFewNodesError(OneLineMessage, RuntimeError):
 
 
 def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> None:
-    """Wait for ``expected`` nodes (a simulation's count is final after :data:`SIMULATION_SETTLE_S`
-    unchanged), else raise TooFewNodesError."""  # noqa: D205, D209
+    """Wait for ``expected`` nodes (a simulation's count settles), else TooFewNodesError."""
     simulation = is_simulation(grid)
     start = time.monotonic()
     connected = len(list(grid.get_node_ids()))
@@ -100,8 +99,7 @@ def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> None:
 
 
 def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -> dict[str, Any]:
-    """Run the rounds on ``grid`` in the claimed folder (``fresh_name``: a default name, suffixed
-    when taken, printed); return the run's summary."""  # noqa: D205, D209
+    """Run the rounds on ``grid`` in the claimed folder (``fresh_name``: printed); its summary."""
     torch.set_num_threads(1)
     flower, level = logging.getLogger("flwr"), logging.getLogger("flwr").level
     flower.setLevel(level if config.verbose else WARNING)  # its per-round INFO lines: verbose
@@ -203,8 +201,7 @@ def aggregation_failure_reason(lines: list[dict[str, Any]]) -> str | None:
 def unchanged_reason(
     rounds: int, start: Mapping[str, torch.Tensor], final: Mapping[str, torch.Tensor]
 ) -> str | None:
-    """Why ``rounds`` rounds with uploads left the model where it was (``||final - start|| <= k
-    rounds eps ||start||``, k = :data:`ROUNDING_ULPS_PER_ROUND`); None if they moved it."""  # noqa: D205, D209
+    """Why ``rounds`` rounds with uploads left the model where it was; None if they moved it."""
     keys = [k for k, v in start.items() if v.is_floating_point()]
     if not rounds or not keys:
         return None

@@ -1,5 +1,4 @@
-"""The run config, read once into a frozen :class:`RunConfig` (keys: :mod:`fedcgd_task.schema`);
-``policy-params`` / ``aggregator-params`` are TOML inline tables in strings."""  # noqa: D205, D209
+"""The run config, read once into a frozen :class:`RunConfig` (keys: :mod:`fedcgd_task.schema`)."""
 
 from __future__ import annotations
 
@@ -176,8 +175,7 @@ MAX_NAME_CHARS = 100
 
 
 def run_folder_name(run_config: Mapping[str, Any]) -> str:
-    """A run's default folder name, e.g. ``bc_FedAdam_channel=tr38901_local-steps=5`` (settings
-    not at their defaults; cut at :data:`MAX_NAME_CHARS`, ending in a digest)."""  # noqa: D205, D209
+    """A run's default folder name: ``bc_FedAdam_channel=tr38901_local-steps=5`` (non-defaults)."""
     parts = [str(run_config.get(k) or "").rsplit(":", 1)[-1] for k in ("policy", "aggregator")]
     channel = str(run_config.get(CHANNEL_KEY, DEFAULTS[CHANNEL_KEY]))
     if channel != DEFAULTS[CHANNEL_KEY]:

@@ -40,16 +40,12 @@ SCALARS: dict[str, str] = {
 
 #: Settings every run's hparams name, whatever their value (run-config keys).
 ALWAYS: tuple[str, ...] = ("policy", "aggregator", "seed")
-#: The metrics TensorBoard's HParams view shows beside the settings (scalar tags above).
-HPARAM_METRICS: tuple[str, ...] = ("accuracy", "loss")
 
 HParam = bool | int | float | str
 
 
 def run_hparams(recorded: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, HParam]:
-    """A run's settings for TensorBoard's HParams view, by run-config key: :data:`ALWAYS`, the
-    settings that change what a run computes and differ from their defaults, and each
-    ``policy-params.<name>`` / ``aggregator-params.<name>``; other values as text."""  # noqa: D205, D209
+    """A run's settings for TensorBoard's HParams view (docs/running.md), by run-config key."""
     run, default = flat_settings(recorded), flat_settings(defaults)
     wanted: dict[str, Any] = {}
     for setting in SETTINGS:
@@ -81,7 +77,7 @@ class RoundRecorder:
         settings = run_hparams(setup.config.to_dict(), defaults)
         stale = list(writer.dir.glob("events.out.tfevents.*"))  # a stopped part's (or none)
         self.events = SummaryWriter(log_dir=str(writer.dir))
-        metrics = dict.fromkeys(HPARAM_METRICS, 0.0)  # names only: the values are the rounds'
+        metrics = {"accuracy": 0.0, "loss": 0.0}  # names only: the values are the rounds'
         for summary in hparams(dict(settings), metrics):
             self.events._get_file_writer().add_summary(summary, 0)  # the run's own event file
         self.events.flush()  # the hparams on disk from the start (a live TensorBoard shows them)

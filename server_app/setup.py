@@ -133,8 +133,7 @@ def build_setup(
 ) -> RunSetup:
     """Build a run's objects from its config, and from the checkpoint ``resume`` continues.
 
-    ``on_settings`` gets :attr:`RunSetup.resolved` before the policy and the uplink are built;
-    a ``resume`` that does not fit raises CheckpointRefusedError (one line).
+    ``on_settings`` gets :attr:`RunSetup.resolved` before the policy and the uplink are built.
     """
     cell_seed, policy_seed = np.random.SeedSequence(config.seed).spawn(2)
     train_set = load_train_set(config.task)

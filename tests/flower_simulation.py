@@ -24,17 +24,13 @@ from server_app.config import parse_run_config
 Delay = Callable[[int, str, int], float]
 
 
-def no_delay(partition_id: int, message_type: str, server_round: int) -> float:
-    return 0.0
-
-
 class ThreadBackend(Backend):
     """Runs the ClientApp on the engine's worker thread; :func:`run_simulated` sets the nodes'
     run config (``run_simulation`` leaves it empty) and the delay. One worker: the ClientApp's
     per-process caches are never shared between two threads, as in a Ray actor."""
 
     run_config: Mapping[str, Any] = {}
-    delay: Delay = staticmethod(no_delay)
+    delay: Delay = staticmethod(lambda *_: 0.0)
 
     def __init__(self, backend_config: BackendConfig) -> None:
         super().__init__(backend_config)
@@ -70,7 +66,7 @@ class ThreadBackend(Backend):
 def run_simulated(
     monkeypatch: Any,
     run_config: Mapping[str, Any],
-    delay: Delay = no_delay,
+    delay: Delay = lambda *_: 0.0,
     *,
     server_main: Callable[[Grid], object] | None = None,
 ) -> BaseException | None:

@@ -46,29 +46,21 @@ def test_the_digest_is_sha256_of_paths_bytes_and_versions_in_order(tmp_path: Pat
 
 
 NOW = {"digest": "new", "versions": {"torch": "2"}}
+#: The entries of a run's code list: from round 1 (old code, unknown code, this code), from 4.
+OLD = {"digest": "old", "from_round": 1}
+UNKNOWN = {"digest": "unknown", "versions": {}, "from_round": 1}
+NOW_1, NOW_4 = {**NOW, "from_round": 1}, {**NOW, "from_round": 4}
 
 
 @pytest.mark.parametrize(
     ("recorded", "from_round", "expected"),
     [
-        (None, 1, [{**NOW, "from_round": 1}]),
+        (None, 1, [NOW_1]),
         ({"code": [{"digest": "new", "from_round": 1}]}, 4, [{"digest": "new", "from_round": 1}]),
-        (
-            {"code": [{"digest": "old", "from_round": 1}]},
-            4,
-            [{"digest": "old", "from_round": 1}, {**NOW, "from_round": 4}],
-        ),
-        (
-            {"task": {}},  # a run started before runs recorded their code
-            4,
-            [{"digest": "unknown", "versions": {}, "from_round": 1}, {**NOW, "from_round": 4}],
-        ),
-        (
-            {"code": ["old"]},  # damaged: not a list of entries
-            4,
-            [{"digest": "unknown", "versions": {}, "from_round": 1}, {**NOW, "from_round": 4}],
-        ),
-        ({}, 1, [{**NOW, "from_round": 1}]),  # unreadable, but from round 1: all this code's
+        ({"code": [OLD]}, 4, [OLD, NOW_4]),
+        ({"task": {}}, 4, [UNKNOWN, NOW_4]),  # a run started before runs recorded their code
+        ({"code": ["old"]}, 4, [UNKNOWN, NOW_4]),  # damaged: not a list of entries
+        ({}, 1, [NOW_1]),  # unreadable, but from round 1: all this code's
     ],
     ids=["new run", "same code", "other code", "no record", "damaged", "restart"],
 )

@@ -4,8 +4,6 @@ back, too few SuperNodes. Every process is stopped by its PID, also when a test 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -16,6 +14,7 @@ from task_settings import all_available_run
 from experiments.cli import invoke
 from experiments.run.certificates import make_certificates
 from experiments.run.flwr_run import LocalFederation
+from experiments.run.processes import stop
 from experiments.run.run_config import format_run_config, validated_run_config
 from fedcgd_task.schema import PROJECT_DIR
 from fedcgd_task.settings import resolve_data_dir
@@ -58,22 +57,16 @@ def flwr_run(fed: LocalFederation, run_config: dict) -> subprocess.Popen[str]:
     return fed.flwr_run(PROJECT_DIR, options, start_new_session=True)
 
 
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
-
-
 def test_too_few_supernodes_fail_after_the_timeout(tmp_path):
     with LocalFederation(tmp_path / "home", num_supernodes=2, simulation=False) as fed:
-        stop(fed.processes[-1])  # only one of two SuperNodes remains
+        stop([fed.processes[-1]])  # only one of two SuperNodes remains
         values = {"num-devices": 2, "num-server-rounds": 1, "query-timeout-s": 4.0}
         config = {**validated_run_config(values), "result-dir": str(tmp_path / "few")}
         run = flwr_run(fed, config)
         try:
             output, _ = run.communicate(timeout=300)
         finally:
-            stop(run)
+            stop([run])
     assert "only 1 of 2 SuperNodes connected after 4 s" in output
     assert not (tmp_path / "few" / SUMMARY_FILE).exists()
 
@@ -96,13 +89,13 @@ def test_a_supernode_that_dies_is_recorded_and_used_again_after_restart(tmp_path
         try:
             while len(metrics(out)) < 1 and run.poll() is None:
                 time.sleep(0.5)
-            stop(victim)
+            stop([victim])
             while not any(1 in x["disconnected"] for x in metrics(out)) and run.poll() is None:
                 time.sleep(0.5)
             fed.start_supernode(1)
             output, _ = run.communicate(timeout=900)
         finally:
-            stop(run)
+            stop([run])
     assert run.returncode == 0, output[-3000:]
     lines = metrics(out)
     assert [x["round"] for x in lines] == list(range(1, ROUNDS + 1))

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
-from task_settings import make_settings
+from task_settings import make_settings, refused_before_start
 
-from experiments.cli import invoke
-from experiments.run.run_config import format_run_config
 from fedcgd_task.datasets import load_data
 from fedcgd_task.partition import partition_indices
 from fedcgd_task.settings import default_run_config
@@ -26,20 +23,6 @@ from server_app.run_folder.run_status import (
 )
 
 DIGITS_TRAIN = 1437  # load_digits_split: 1437 training images
-
-
-def refused_by_main(capsys, tmp_path: Path, **overrides: object) -> str:
-    """Run inprocess main with ``overrides``; assert exit 2, one line, no result folder."""
-    out = tmp_path / "out"
-    values = {"num-server-rounds": 2, **overrides}
-    if "resume-from" not in overrides:  # a resumed run continues in its own folder
-        values.setdefault("result-dir", str(out))
-    code = invoke(["inprocess", "--run-config", format_run_config(values), "--out", str(out)])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2
-    assert len(err) == 1 and err[0].startswith("error: "), err
-    assert not out.exists()
-    return err[0]
 
 
 @pytest.mark.parametrize(
@@ -62,7 +45,10 @@ def test_impossible_sizes_models_and_resumes_are_refused_before_the_start(
     (tmp_path / "empty").mkdir()
     values = {k: v.format(tmp=tmp_path) if k.endswith(("-from", "-dir")) else v
               for k, v in overrides.items()}  # fmt: skip
-    assert re.search(named, refused_by_main(capsys, tmp_path, **values))
+    if "resume-from" not in values:  # a resumed run continues in its own folder
+        values.setdefault("result-dir", str(tmp_path / "out"))
+    line = refused_before_start(capsys, {"num-server-rounds": 2, **values}, tmp_path / "out")
+    assert line.startswith("error: ") and re.search(named, line), line
     assert list((tmp_path / "empty").iterdir()) == [] and not (tmp_path / "elsewhere").exists()
 
 

@@ -27,6 +27,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from proc_tree import command_line, descendants, marked
 from run_results import comparable, same_model
+from subprocesses import wait_for
 
 from experiments.compare.reproduce import CONF_DIR, reproduce
 from fedcgd_task.schema import PROJECT_DIR
@@ -255,11 +256,8 @@ def test_ctrl_c_cancels_the_tasks_keeps_the_completed_runs_and_the_command_goes_
     words = [*TINY, "seeds=[0,1]", "++run.num-server-rounds=40", "++run.checkpoint-every=2"]
     ray = [f"launcher.ray-address={ADDRESS}", f"out={tmp_path}/ray"]
     proc = cluster.start(*words, *ray)
-    try:
-        deadline = time.monotonic() + 300
-        while not list(tmp_path.glob("ray/*/*/seed-*/summary.json")):  # a run completed
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.1)
+    try:  # until a run completed
+        wait_for(lambda: bool(list(tmp_path.glob("ray/*/*/seed-*/summary.json"))), proc, 300)
         (driver,) = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
         os.kill(int(driver), signal.SIGINT)
         out, err = proc.communicate(timeout=300)

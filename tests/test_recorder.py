@@ -83,39 +83,6 @@ def arrays(name: str) -> ArrayRecord:
     return ArrayRecord(IDENTITY if name == "identity" else SWAPPED)
 
 
-def test_evaluates_only_round_0_every_third_round_and_the_last(tmp_path):
-    setup = tiny_setup(tmp_path, **{"num-server-rounds": 7, "eval-every": 3, "checkpoint-every": 0})
-    writer = ResultWriter(tmp_path / "run", 7)
-    said: list[str] = []
-    recorder = RoundRecorder(setup, writer, said.append)
-
-    returned = [recorder(0, arrays(model_of(0)))]
-    for r in range(1, 8):
-        recorder.add_record(fake_record(r))
-        returned.append(recorder(r, arrays(model_of(r))))
-
-    written = lines(tmp_path / "run")
-    assert [x["round"] for x in written] == [1, 2, 3, 4, 5, 6, 7]
-    assert [x["accuracy"] for x in written] == [None, None, 0.75, None, None, 0.25, 0.75]
-    expected_loss = [None, None, LOSS["identity"], None, None, LOSS["swapped"], LOSS["identity"]]
-    assert [x["loss"] for x in written] == pytest.approx(expected_loss, abs=1e-6)
-    assert all(list(x) == LINE_KEYS for x in written)
-    assert written[2]["scheduled"] == [0, 2] and written[2]["objective"] == 0.75
-
-    evaluated = [r for r, m in enumerate(returned) if m is not None]
-    assert evaluated == [0, 3, 6, 7]
-    assert isinstance(returned[0], MetricRecord)
-    assert returned[6]["accuracy"] == 0.25
-    assert returned[6]["loss"] == pytest.approx(SOFTPLUS_MINUS_1 + 0.75, abs=1e-6)
-
-    assert said[0] == "initial model: accuracy 0.7500, loss 0.5633"
-    assert said[1].startswith("round    1/7 | acc   -    | scheduled   2/3   available | elapsed")
-    assert said[3].startswith("round    3/7 | acc 75.00% | scheduled   2/3   available | elapsed")
-    assert said[6].startswith("round    6/7 | acc 25.00% |")
-    assert len(said) == 8
-    assert not (tmp_path / "run" / CHECKPOINT_FILE).exists()  # checkpoint-every = 0
-
-
 def fsynced_names(monkeypatch, folder: Path | None = None) -> list[str]:
     """From now on, the name of each file or folder (in ``folder`` or it, when given) that
     ``os.fsync`` is called on, in order; a temporary file's random part left out."""
@@ -131,21 +98,25 @@ def fsynced_names(monkeypatch, folder: Path | None = None) -> list[str]:
     return names
 
 
-def test_checkpoints_after_rounds_2_4_and_the_last_each_after_syncing_line_and_status(
+def test_evaluates_round_0_every_third_and_the_last_and_checkpoints_every_second_after_syncing(
     tmp_path, monkeypatch
 ):
-    setup = tiny_setup(tmp_path, **{"num-server-rounds": 5, "checkpoint-every": 2})
+    setup = tiny_setup(tmp_path, **{"num-server-rounds": 7, "eval-every": 3, "checkpoint-every": 2})
     folder = tmp_path / "run"
-    recorder = RoundRecorder(setup, ResultWriter(folder, 5), lambda text: None)
-    recorder(0, arrays(model_of(0)))
+    said: list[str] = []
+    recorder = RoundRecorder(setup, ResultWriter(folder, 7), said.append)
+    events = EventAccumulator(str(folder))
+    events.Reload()  # the run's settings for TensorBoard are on disk before the first round
+    assert "_hparams_/session_start_info" in events.PluginTagToContent("hparams")
+    returned = [recorder(0, arrays(model_of(0)))]
     assert not (folder / CHECKPOINT_FILE).exists()
     names = fsynced_names(monkeypatch)
     after_each: list[int | None] = []
     statuses, per_round = [], []
-    for r in range(1, 6):
+    for r in range(1, 8):
         setup.policy_rng.random()  # the policy draws in every round: the state moves on
         recorder.add_record(fake_record(r))
-        recorder(r, arrays(model_of(r)))
+        returned.append(recorder(r, arrays(model_of(r))))
         per_round.append(list(names))
         names.clear()
         path = folder / CHECKPOINT_FILE
@@ -156,13 +127,29 @@ def test_checkpoints_after_rounds_2_4_and_the_last_each_after_syncing_line_and_s
         # each round's status is whole JSON, and its line is in the file, synced or not
         assert [x["round"] for x in lines(folder)] == list(range(1, r + 1))
 
-    assert after_each == [None, 2, 2, 4, 5]
-    assert statuses == [(RUNNING, r, 5) for r in range(1, 6)]
+    written = lines(folder)
+    assert [x["accuracy"] for x in written] == [None, None, 0.75, None, None, 0.25, 0.75]
+    expected_loss = [None, None, LOSS["identity"], None, None, LOSS["swapped"], LOSS["identity"]]
+    assert [x["loss"] for x in written] == pytest.approx(expected_loss, abs=1e-6)
+    assert all(list(x) == LINE_KEYS for x in written)
+    assert written[2]["scheduled"] == [0, 2] and written[2]["objective"] == 0.75
+    assert [r for r, m in enumerate(returned) if m is not None] == [0, 3, 6, 7]
+    assert isinstance(returned[0], MetricRecord)
+    assert returned[6]["accuracy"] == 0.25
+    assert returned[6]["loss"] == pytest.approx(SOFTPLUS_MINUS_1 + 0.75, abs=1e-6)
+    assert said[0] == "initial model: accuracy 0.7500, loss 0.5633"
+    assert said[1].startswith("round    1/7 | acc   -    | scheduled   2/3   available | elapsed")
+    assert said[3].startswith("round    3/7 | acc 75.00% | scheduled   2/3   available | elapsed")
+    assert said[6].startswith("round    6/7 | acc 25.00% |")
+    assert len(said) == 8
+
+    assert after_each == [None, 2, 2, 4, 4, 6, 7]
+    assert statuses == [(RUNNING, r, 7) for r in range(1, 8)]
     # the line, the status and the folder first, then the checkpoint's file (before its rename)
     synced = ["metrics.jsonl", "status.json", "run", ".checkpoint.pt.tmp"]
-    assert per_round == [[], synced, [], synced, synced]
+    assert per_round == [[], synced, [], synced, [], synced, synced]
     last = load_checkpoint(folder)
-    assert torch.equal(last.model["1.weight"], torch.eye(2))  # round 5 ended with IDENTITY
+    assert torch.equal(last.model["1.weight"], torch.eye(2))  # round 7 ended with IDENTITY
     assert last.policy_rng_state == setup.policy_rng.bit_generator.state
     assert last.cell_rng_state == setup.cell_rng.bit_generator.state
     assert last.policy_state.keys() == setup.policy.state_dict().keys()
@@ -172,25 +159,21 @@ def test_a_record_of_another_round_or_none_raises_and_writes_nothing(tmp_path):
     setup = tiny_setup(tmp_path, **{"num-server-rounds": 3, "checkpoint-every": 1})
     folder = tmp_path / "run"
     recorder = RoundRecorder(setup, ResultWriter(folder, 3), lambda text: None)
-    recorder.add_record(fake_record(2))
-    with pytest.raises(RuntimeError, match="round 1: the strategy recorded no round"):
-        recorder(1, arrays("identity"))
-    with pytest.raises(RuntimeError, match="round 1: the strategy recorded no round"):
-        recorder(1, arrays("identity"))  # no record at all
-    assert lines(folder) == []
-    assert not (folder / CHECKPOINT_FILE).exists()
-
     recorder.add_record(fake_record(1))
     recorder(1, arrays("identity"))
-    with pytest.raises(RuntimeError, match="round 1: the strategy recorded no round"):
-        recorder(1, arrays("identity"))  # its record was used up: no second line for round 1
-    with pytest.raises(RuntimeError, match="round 2: the strategy recorded no round"):
-        recorder(2, arrays("swapped"))
+    for r, record in ((1, None), (2, fake_record(3)), (2, None)):  # used up, another's, none
+        if record is not None:
+            recorder.add_record(record)
+        with pytest.raises(RuntimeError, match=f"round {r}: the strategy recorded no round"):
+            recorder(r, arrays("swapped"))
     assert [x["round"] for x in lines(folder)] == [1]
+    assert load_checkpoint(folder).round == 1
 
 
 def test_a_resumed_run_skips_round_0_and_counts_on_from_the_checkpoint(tmp_path):
-    setup = tiny_setup(tmp_path, **{"num-server-rounds": 5, "eval-every": 10})
+    setup = tiny_setup(
+        tmp_path, **{"num-server-rounds": 5, "eval-every": 10, "checkpoint-every": 0}
+    )
     resume = Checkpoint(
         round=3, model=IDENTITY, policy_state=setup.policy.state_dict(),
         cell_rng_state=dict(setup.cell_rng.bit_generator.state),
@@ -209,6 +192,7 @@ def test_a_resumed_run_skips_round_0_and_counts_on_from_the_checkpoint(tmp_path)
     written = lines(tmp_path / "run")
     assert [(x["round"], x["accuracy"]) for x in written] == [(4, None), (5, 0.25)]
     assert [text[:12] for text in said] == ["round    4/5", "round    5/5"]
+    assert not (tmp_path / "run" / CHECKPOINT_FILE).exists()  # checkpoint-every = 0
 
 
 def test_the_eta_starts_after_round_0_and_leaves_node_discovery_out(monkeypatch, tmp_path):
@@ -258,11 +242,3 @@ def test_a_checkpoint_of_the_setup_rebuilds_the_same_state(tmp_path):
     assert settings[0]["model_bits_used"] == first.num_params * 32
     assert settings[0]["target_dist_global"] == pytest.approx(first.target.tolist())
     assert sum(settings[0]["target_dist_global"]) == pytest.approx(1.0)
-
-
-def test_the_hparams_are_on_disk_before_the_first_round(tmp_path):
-    recorder = RoundRecorder(tiny_setup(tmp_path), ResultWriter(tmp_path / "run", 3), print)
-    events = EventAccumulator(str(tmp_path / "run"))
-    events.Reload()
-    assert "_hparams_/session_start_info" in events.PluginTagToContent("hparams")
-    recorder.events.close()

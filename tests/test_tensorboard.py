@@ -76,33 +76,25 @@ def test_every_round_shows_its_metrics_line_and_the_run_its_settings_as_hparams(
     tmp_path: Path,
 ) -> None:
     """Policy, aggregator and seed always; then only settings that change what a run computes
-    and differ from their defaults (no folders, timeouts or device), by run-config key."""
+    and differ from their defaults (no folders, timeouts or device), by run-config key; each
+    policy and aggregator parameter by its own key (``window = 10`` is told from ``20``)."""
     folder = tmp_path / "run"
-    chosen = {"policy": "bc", "local-steps": 3, "seed": 7, "num-server-rounds": 2}
+    policy = f"{Path('examples/proportional_fair.py').resolve()}:ProportionalFair"
+    chosen = {
+        "policy": policy, "policy-params": "{window = 10}", "aggregator": "FedTrimmedAvg",
+        "aggregator-params": "{beta = 0.25}", "local-steps": 3, "seed": 7, "num-server-rounds": 2,
+    }  # fmt: skip
     run_inprocess(checkpointed_run_config(folder, **SMALL, **chosen))
     shown = scalars(folder)
     assert {"accuracy", "loss", "schedule/wemd", "devices/scheduled"} <= set(shown)
     assert_same(shown, expected(lines_of(folder)))
     # not result-dir, checkpoint-every (where and how), nor learning-rate (its default)
     assert hparams(folder) == {
-        "policy": "bc", "aggregator": "", "seed": 7.0, "num-server-rounds": 2.0, "num-devices": 6.0,
-        "local-steps": 3.0, "channel.availability-prob": 0.8,
-        "protocol": "channel",  # "auto" resolved: BC needs no query (FedCGD's default: "query")
+        "policy": policy, "aggregator": "FedTrimmedAvg", "seed": 7.0, "num-server-rounds": 2.0,
+        "num-devices": 6.0, "local-steps": 3.0, "channel.availability-prob": 0.8,
+        "policy-params.window": 10.0, "aggregator-params.beta": 0.25,
+        "protocol": "channel",  # "auto" resolved: the policy needs no query (FedCGD: "query")
     }  # fmt: skip
-
-
-def test_each_policy_and_aggregator_parameter_is_an_hparam(tmp_path: Path) -> None:
-    """``window = 10`` is told from ``window = 20``: each parameter by its run-config key."""
-    folder = tmp_path / "run"
-    policy = f"{Path('examples/proportional_fair.py').resolve()}:ProportionalFair"
-    chosen = {
-        "policy": policy, "policy-params": "{window = 10}", "aggregator": "FedTrimmedAvg",
-        "aggregator-params": "{beta = 0.25}", "num-server-rounds": 1,
-    }  # fmt: skip
-    run_inprocess(checkpointed_run_config(folder, **SMALL, **chosen))
-    shown = hparams(folder)
-    assert (shown["policy-params.window"], shown["aggregator-params.beta"]) == (10.0, 0.25)
-    assert "policy-params" not in shown and "aggregator-params" not in shown
 
 
 def test_the_results_line_names_the_event_files_and_the_command_that_shows_them(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -108,9 +109,10 @@ def started_as(ctx: click.Context) -> StartedAs:
     )
 
 
-def not_none(values: dict[str, Any]) -> dict[str, Any]:
-    """The options given (not None): the others keep their dataclass defaults."""
-    return {k: v for k, v in values.items() if v is not None}
+def given_fields(ctx: click.Context, cls: Any) -> dict[str, Any]:
+    """The options of ``ctx`` that are fields of dataclass ``cls``, given (not None)."""
+    names = {field.name for field in dataclasses.fields(cls)}
+    return {k: v for k, v in ctx.params.items() if k in names and v is not None}
 
 
 def refuse(message: str) -> None:

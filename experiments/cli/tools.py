@@ -12,7 +12,7 @@ from experiments.cli.options import (
     app,
     choice_option,
     flag,
-    not_none,
+    given_fields,
     numbers,
     paper,
     path_option,
@@ -29,15 +29,20 @@ def certificates_command(
     host: Annotated[
         list[str] | None, typer.Option(help="extra SuperLink name (repeatable)")
     ] = None,
-) -> int:
+) -> None:
     """TLS certificates and SuperNode keys for a deployment (docs/deployment.md)."""
-    from experiments.run import certificates
+    from experiments.run.certificates import make_certificates
 
-    return certificates.main(out, supernodes, host or ())
+    try:
+        made = make_certificates(out, supernodes=supernodes, hosts=tuple(host or ()))
+    except ValueError as err:
+        refuse(str(err))
+    print(f"wrote {made.ca_cert}, {made.server_cert}, {len(made.supernode_keys)} SuperNode keys")
 
 
 @app.command("channel-report")
 def channel_report_command(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Option(help="output folder")],
     num_devices: Annotated[int | None, typer.Option(help="V (default 64)")] = None,
     availability_prob: Annotated[float | None, typer.Option(help="p_a (default 0.3)")] = None,
@@ -59,15 +64,10 @@ def channel_report_command(
         refuse("give --model-bits or --model-params, not both")
     if model_bits is None:
         model_bits = (model_params or PAPER_CIFAR10_CNN_PARAMS) * BITS_PER_PARAM
-    cell = {
-        "num_devices": num_devices,
-        "availability_prob": availability_prob,
-        "deadline_s": deadline_s,
-        "pathloss_model": pathloss_model,
-        "total_bandwidth_hz": total_bandwidth_hz,
-    }
     try:
-        summary = run_report(CellConfig(**not_none(cell)), model_bits, rounds, seed, out)
+        summary = run_report(
+            CellConfig(**given_fields(ctx, CellConfig)), model_bits, rounds, seed, out
+        )
     except ValueError as err:
         refuse(str(err))
     print(format_summary(summary))
@@ -136,14 +136,11 @@ def schedule_table_command(
     quiet: Annotated[bool, flag("--quiet", "no progress on stderr")] = False,
 ) -> int:
     """The paper's Table II: scheduled number and WEMD of each policy, without training."""
-    from dataclasses import fields
-
     from experiments.paper import schedule_table
     from experiments.paper.schedule_table import TableSettings
 
-    names = {f.name for f in fields(TableSettings)}
     try:
-        settings = TableSettings(**not_none({k: ctx.params[k] for k in names & set(ctx.params)}))
+        settings = TableSettings(**given_fields(ctx, TableSettings))
     except ValueError as err:
         refuse(str(err))
     text = policies if policies is not None else ",".join(schedule_table.TABLE_POLICIES)

@@ -10,7 +10,6 @@ import datetime as dt
 import ipaddress
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -74,8 +73,7 @@ def _pem(
 
 
 def make_certificates(out: Path, *, supernodes: int, hosts: tuple[str, ...] = ()) -> CertificateSet:
-    """Write a CA, a SuperLink certificate (for 127.0.0.1, localhost and ``hosts``) and
-    ``supernodes`` SuperNode key pairs to ``out``; ValueError (one line): ``out`` refused."""  # noqa: D205, D209
+    """Write a CA, a SuperLink certificate and ``supernodes`` SuperNode key pairs to ``out``."""
     check_certificates_dir(out, supernodes)
     out.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
@@ -160,14 +158,3 @@ def tls_certificates(
     finally:
         if folder is None:
             shutil.rmtree(target, ignore_errors=True)
-
-
-def main(out: Path, supernodes: int = 4, hosts: Sequence[str] = ()) -> int:
-    """``fedcgd certificates``: write the certificate set into ``out``; the exit code."""
-    try:
-        made = make_certificates(out, supernodes=supernodes, hosts=tuple(hosts))
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"wrote {made.ca_cert}, {made.server_cert}, {len(made.supernode_keys)} SuperNode keys")
-    return 0

@@ -49,10 +49,7 @@ def executable(name: str) -> str:
 
 
 class LocalFederation:
-    """A SuperLink (and for a deployment SuperNodes) on loopback, stopped on exit; a context.
-
-    ``tls``: SuperNode authentication too (each key registered first); ``superlink`` (HOST:PORT):
-    nothing starts, ``flwr run`` goes there."""  # noqa: D209
+    """A SuperLink (and SuperNodes) on loopback, stopped on exit; a given ``superlink``: none."""
 
     def __init__(
         self,
@@ -236,8 +233,7 @@ def strip_ansi(line: str) -> str:
 
 
 def stream_output(proc: subprocess.Popen[str], *, verbose: bool = True) -> str:
-    """Print a process's output as it comes (:data:`FLOWER_CHATTER` and empty log lines only if
-    ``verbose``); return all of it."""  # noqa: D205, D209
+    """Print a process's output as it comes (Flower's chatter if ``verbose``); return all of it."""
     lines = []
     assert proc.stdout is not None
     colours = sys.stdout.isatty()
@@ -263,8 +259,7 @@ def run_flwr(
     superlink: str | None = None,
     **federation: Any,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the app once with ``flwr run --stream`` (``federation``: :class:`LocalFederation`'s
-    ``tls``, ``ray_address``, ...); the finished process, its output in ``stdout``."""  # noqa: D205, D209
+    """Run the app once with ``flwr run --stream``; the finished process (output in ``stdout``)."""
     if superlink is None:
         run_config = with_resolved_data_dir(run_config)
     options: list[str] = []
@@ -272,9 +267,7 @@ def run_flwr(
         options += ["--federation-config", f"num-supernodes={num_supernodes} "
                     f"client-resources-num-cpus={cpus_per_client:g} "
                     f"client-resources-num-gpus={gpus_per_client:g}"]  # fmt: skip
-    if flwr_home is not None:  # kept; else a temporary one
-        flwr_home.mkdir(parents=True, exist_ok=True)
-    home_dir = (
+    home_dir = (  # a given one is kept (made with its logs folder), else a temporary one
         tempfile.TemporaryDirectory(prefix="flwr-home-", ignore_cleanup_errors=True)
         if flwr_home is None
         else contextlib.nullcontext(str(flwr_home))

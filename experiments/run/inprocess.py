@@ -6,6 +6,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,8 +45,8 @@ CLIENT_APP_RAISED = 1
 class InProcessGrid(Grid):
     """Deliver messages synchronously to ``handlers[node_id](message, contexts[node_id])``.
 
-    ``cohorts``: each :meth:`send_and_receive`'s messages as cohorts (None: one device at a
-    time); ``keep_sent``: keep what was sent in :attr:`sent` (tests)."""  # noqa: D209
+    ``cohorts`` None: one device at a time; ``keep_sent``: keep what was sent in :attr:`sent`.
+    """
 
     #: A simulation: every message is answered before :meth:`send_and_receive` returns.
     simulated = True
@@ -163,8 +164,7 @@ def main(options: InProcessOptions, started: StartedAs | None = None) -> int:
     """``fedcgd inprocess``: one run in this process; exit code 0, 1, 2 or 130 / 143."""
     from experiments.run.launcher import with_last_words
 
-    started = started or StartedAs(("inprocess",))
-    return with_last_words(lambda words: run_command(options, started, words))
+    return with_last_words(partial(run_command, options, started or StartedAs(("inprocess",))))
 
 
 def run_command(args: InProcessOptions, started: StartedAs, last_words: LastWords) -> int:

@@ -107,9 +107,7 @@ def with_last_words(command: Callable[[LastWords], int]) -> int:
 
 def main(options: LaunchOptions, started: StartedAs | None = None) -> int:
     """``fedcgd run`` (:func:`run_command`); SIGINT / SIGTERM stop every process it started."""
-    return with_last_words(
-        lambda words: run_command(options, started or StartedAs(("run",)), words)
-    )
+    return with_last_words(functools.partial(run_command, options, started or StartedAs(("run",))))
 
 
 def results_line(result_dir: Path) -> str:
@@ -140,10 +138,9 @@ def start_run(
     check: Callable[[dict[str, Any]], None] = lambda merged: None,
     superlink: str | None = None,
 ) -> Start | None:
-    """Check a run (``--run-config`` ``text``, then ``check``) and lock its folder under ``out``.
+    """Check a run and lock its folder under ``out`` (a given ``superlink``: the address only).
 
-    None after one line ``error: ...`` (exit code 2). On a given ``superlink`` the folder and
-    data are the SuperLink's: only the address is checked here.
+    None after one line ``error: ...`` (exit code 2).
     """
     from experiments.run.preflight import claim_run, effective_result_dir, with_result_dir
 

@@ -116,28 +116,8 @@ def check_model_fits(
         ) from err
 
 
-def check_result_folder(run_config: Mapping[str, Any], config: RunConfig) -> None:
-    """Refuse a ``resume-from`` that cannot go on, or a ``result-dir`` a new run cannot use."""
-    from server_app.checkpoint import check_resume
-    from server_app.run_folder.folder_lock import probe_free, refuse_links
-    from server_app.run_folder.results import check_new_result_dir
-
-    key = "resume-from" if run_config.get("resume-from") else "result-dir"
-    if not run_config.get(key):
-        return
-    folder, where = Path(str(run_config[key])).expanduser(), f"run-config key '{key}'"
-    if os.path.lexists(folder):
-        refuse_links(folder, where)
-        probe_free(folder, where)
-    if key == "resume-from":
-        check_resume(config)
-    else:
-        check_new_result_dir(folder)
-
-
 def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any], FolderClaim]:
-    """Check a run and lock its folder (an existing one first, naming a live holder) for this
-    command's life; a refused run leaves no folder. Returns the run config and the claim."""  # noqa: D205, D209
+    """Check a run and lock its folder for this command's life; the run config and the claim."""
     from server_app.checkpoint import claim_run_folder
     from server_app.run_folder.folder_lock import LOCK_FILE, claim_folder
 
@@ -163,18 +143,28 @@ def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any],
 
 
 def check_before_start(run_config: Mapping[str, Any]) -> RunConfig:
-    """Every check before the start (loads the data set; ValueError / FileNotFoundError naming the
-    key, value and what is allowed); the parsed config."""  # noqa: D205, D209
+    """Every check before the start (loads the data set; one-line errors); the parsed config."""
     from fedcgd_task.datasets import load_train_set
     from fedcgd_task.training import compute_device
-    from server_app.checkpoint import load_checkpoint
+    from server_app.checkpoint import check_resume, load_checkpoint
     from server_app.config import parse_run_config
+    from server_app.run_folder.folder_lock import probe_free, refuse_links
+    from server_app.run_folder.results import check_new_result_dir
     from server_app.setup import build_setup, build_uplink
 
     config = parse_run_config(run_config)
     compute_device(config.task.device)  # a GPU this process does not see: refused here
     build_uplink(config, np.random.default_rng(config.seed), first_round=0)  # trace, your class
-    check_result_folder(run_config, config)
+    key = "resume-from" if run_config.get("resume-from") else "result-dir"
+    if run_config.get(key):  # a resume-from that cannot go on, a result-dir a run cannot use
+        folder, where = Path(str(run_config[key])).expanduser(), f"run-config key '{key}'"
+        if os.path.lexists(folder):
+            refuse_links(folder, where)
+            probe_free(folder, where)
+        if key == "resume-from":
+            check_resume(config)
+        else:
+            check_new_result_dir(folder)
     train_set = load_train_set(config.task)
     check_sizes(config, train_set.labels)
     check_model_fits(

@@ -1,5 +1,4 @@
-"""A comparison's or preset's runs as Ray tasks, each the in-process engine; a task that does not
-see the run's folder gets and returns its files, a lost run goes again from its checkpoint."""  # noqa: D205, D209
+"""A comparison's or preset's runs as Ray tasks, each the in-process engine (docs/comparing.md)."""
 
 from __future__ import annotations
 
@@ -134,8 +133,7 @@ def capacity(settings: RaySettings) -> int:
     import ray
 
     total = 0
-    for node in (n for n in ray.nodes() if n["Alive"]):
-        have = node["Resources"]
+    for have in (n["Resources"] for n in ray.nodes() if n["Alive"]):
         fits = int(have.get("CPU", 0) // settings.cpus_per_run)
         if settings.gpus_per_run:
             fits = min(fits, int(have.get("GPU", 0) // settings.gpus_per_run))
@@ -183,8 +181,7 @@ def folder_files(folder: Path) -> dict[str, bytes]:
 def run_task(
     overrides: dict[str, Any], files: dict[str, bytes], threads: int, token: str
 ) -> tuple[dict[str, bytes], int]:
-    """One run in a Ray worker, in its own folder if that holds :data:`TOKEN_FILE` with
-    ``token``, else in a temporary one; its folder's files afterwards ({} in place), exit code."""  # noqa: D205, D209
+    """One run in a Ray worker (in place, or in a temporary folder); its files, its exit code."""
     import ray
 
     from experiments.run.inprocess import run_inprocess
@@ -246,8 +243,8 @@ def run_tasks(
 ) -> int:
     """Run every run config as a Ray task, as many at once as fit; how many went again.
 
-    ``on_start(i)`` before run ``i`` (False keeps it back); ``on_end(i, code)`` once its files
-    are in its folder (``status.json`` last)."""  # noqa: D209
+    ``on_start(i)`` before run ``i`` (False keeps it back); ``on_end(i, code)`` after its files.
+    """
     import ray
 
     task = ray.remote(run_task).options(

@@ -53,8 +53,7 @@ def run_config_file(values: Mapping[str, Any]) -> Iterator[Path]:
 
 
 def split_run_config_text(text: str) -> list[str]:
-    """The ``key=value`` items of ``--run-config`` text: each the shortest piece that ends at
-    whitespace and reads as TOML (a rest that never does: one last item)."""  # noqa: D205, D209
+    """The ``key=value`` items of ``--run-config`` text: each the shortest piece read as TOML."""
     items: list[str] = []
     start = 0
     for end in [*(m.start() for m in re.finditer(f"[{_ITEM_SEPARATORS}]", text)), len(text)]:
@@ -95,9 +94,7 @@ def parse_run_config_text(text: str) -> dict[str, Any]:
 
 
 def validated_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """The defaults with ``overrides`` applied, every key and value checked, ``policy-params``
-    against the policy's constructor and the aggregator built once (ValueError: one line).
-    """  # noqa: D205
+    """The defaults with ``overrides`` applied, every key and value checked (ValueError)."""
     from fedcgd_task.schema import unknown_key
     from server_app.config import (
         check_components,
