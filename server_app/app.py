@@ -105,7 +105,7 @@ def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -
     flower.setLevel(level if config.verbose else WARNING)  # its per-round INFO lines: verbose
     with watching() as noted:
         try:
-            taken = claim_run_folder(config, fresh_name=fresh_name)
+            taken = claim_run_folder(config, writer=True, fresh_name=fresh_name)
             if fresh_name:
                 say(f"result folder: {taken.config.result_dir}")
             with taken.claim:

@@ -281,11 +281,15 @@ class ClaimedRun:
     plan: ResumePlan | None
 
 
-def claim_run_folder(config: RunConfig, *, fresh_name: bool = False) -> ClaimedRun:
-    """Lock the run's folder (new: created), check it and remove a killed writer's temporaries."""
+def claim_run_folder(config: RunConfig, *, writer: bool, fresh_name: bool = False) -> ClaimedRun:
+    """Lock the run's folder (created for a new run) and check it under the lock; ``writer``:
+    the ServerApp's, which removes the temporary files a killed writer left.
+    """  # noqa: D205
     key = "run-config key " + ("'resume-from'" if config.resume_from else "'result-dir'")
-    folder = Path(config.result_dir)
-    claim = claim_folder(folder, key, create=not config.resume_from, fresh_name=fresh_name)
+    claim = claim_folder(
+        Path(config.result_dir), key, create=not config.resume_from, writer=writer,
+        fresh_name=fresh_name,
+    )  # fmt: skip
     try:
         config = replace(config, result_dir=str(claim.folder)) if fresh_name else config
         plan = check_resume(config) if config.resume_from else None
@@ -294,7 +298,7 @@ def claim_run_folder(config: RunConfig, *, fresh_name: bool = False) -> ClaimedR
     except BaseException:
         claim.abandon()
         raise
-    for left in claim.folder.glob(".*.tmp"):
+    for left in claim.folder.glob(".*.tmp") if writer else ():
         ours = any(left.name.startswith(f".{name}.") for name in RUN_FILES)
         if ours and left.is_file() and not left.is_symlink():
             left.unlink(missing_ok=True)

@@ -33,6 +33,7 @@ from server_app.run_folder.files import atomic_write
 from server_app.run_folder.folder_lock import (
     LOCK_FILE,
     OWNERS_ENV,
+    WRITER_LOCK_FILE,
     FolderInUseError,
     claim_folder,
     let_go,
@@ -78,6 +79,19 @@ CLAIM_AND_HOLD = IN_PROJECT + (
     "claim = claim_folder(Path(sys.argv[2]), 'result-dir')\n"
     "print('held', flush=True); time.sleep(300)\n"
 )
+
+
+def holding_lock(
+    folder: Path, acquire: str
+) -> contextlib.AbstractContextManager[subprocess.Popen[str]]:
+    """:func:`holding` a process that runs the line ``acquire`` on ``folder``, then sleeps."""
+    script = IN_PROJECT + (
+        "import time\n"
+        "from server_app.run_folder.folder_lock import WRITER_LOCK_FILE, claim_folder, take_lock\n"
+        f"folder = Path(sys.argv[2]); {acquire}\n"
+        "print('held', flush=True); time.sleep(300)\n"
+    )
+    return holding(script, *in_project(folder), says="held")
 
 
 def inprocess(**values: object) -> subprocess.Popen[str]:
@@ -128,6 +142,28 @@ def test_a_second_command_into_a_live_runs_folder_is_refused_naming_its_pid(tmp_
     finally:
         live.kill()  # a no-op once it has ended
         live.communicate()
+
+
+def refused_here(capsys, monkeypatch, **values: object) -> str:
+    """The one error line of ``fedcgd inprocess`` with ``values``, run in this process (its
+    locks' bookkeeping in the environment put back after), which must exit with 2."""
+    monkeypatch.delenv(OWNERS_ENV, raising=False)
+    code = invoke(["inprocess", "--run-config", format_run_config({**SMALL, **values})])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, line
+    return line
+
+
+def test_a_run_into_a_folder_whose_writer_is_alive_is_refused(tmp_path, capsys, monkeypatch):
+    # A ServerApp left running (say by a `flwr run` of its own) holds the writer lock only.
+    folder = tmp_path / "run"
+    folder.mkdir()
+    lock = "lock = take_lock(folder, WRITER_LOCK_FILE, 'k', shared=False)"
+    with holding_lock(folder, lock) as holder:
+        values = {"result-dir": str(folder), "num-server-rounds": 1}
+        line = refused_here(capsys, monkeypatch, **values)
+        assert f"written by process {holder.pid} " in line, line
+        assert {p.name for p in folder.iterdir()} == {LOCK_FILE, WRITER_LOCK_FILE}
 
 
 @pytest.mark.slow
@@ -209,7 +245,7 @@ def test_a_lock_file_that_is_a_link_is_refused(tmp_path):
     with pytest.raises(ValueError, match="symbolic link"):
         claim_folder(folder, "result-dir")
     with pytest.raises(ValueError, match="symbolic link"):  # the lock itself never follows one
-        take_lock(folder, "result-dir")
+        take_lock(folder, LOCK_FILE, "result-dir", shared=True)
     assert victim.read_text() == "x"
 
 
@@ -222,29 +258,30 @@ def test_a_held_lock_names_its_holder_in_its_file_and_dies_with_it(tmp_path):
         assert err.value.pid == holder.pid and "\n" not in str(err.value)
         holder.kill()  # kill -9: the kernel drops the lock
         holder.wait()
-    claim = claim_folder(folder, "result-dir")
+    claim = claim_folder(folder, "result-dir", writer=True)
     try:
-        pid, command = (folder / LOCK_FILE).read_text().split(" ", 1)
-        assert int(pid) == os.getpid() and command[:40] == " ".join(sys.orig_argv)[:40]
-        fd = os.open(folder / LOCK_FILE, os.O_RDONLY)
-        try:
-            with pytest.raises(BlockingIOError):  # the lock is the kernel's
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        finally:
-            os.close(fd)
+        for name in (LOCK_FILE, WRITER_LOCK_FILE):
+            pid, command = (folder / name).read_text().split(" ", 1)
+            assert int(pid) == os.getpid() and command[:40] == " ".join(sys.orig_argv)[:40]
+            fd = os.open(folder / name, os.O_RDONLY)
+            try:
+                with pytest.raises(BlockingIOError):  # the lock is the kernel's
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            finally:
+                os.close(fd)
     finally:
         claim.release()
-    assert (folder / LOCK_FILE).read_bytes() == b""
+    assert [(folder / name).read_bytes() for name in (LOCK_FILE, WRITER_LOCK_FILE)] == [b"", b""]
 
 
-#: Claims ``argv[2]`` (after a line on stdin when ``argv[3]`` is ``later``), says how it holds
-#: it, and holds it until a line on stdin.
+#: Claims ``argv[2]`` (as the writer when ``argv[3]`` is ``writer``; after a line on stdin when
+#: ``argv[4]`` is ``later``), says how it holds it, and holds it until a line on stdin.
 CLAIM_AND_SAY = IN_PROJECT + (
     "from server_app.run_folder.folder_lock import FolderInUseError, claim_folder\n"
-    "if sys.argv[3:] == ['later']: sys.stdin.readline()\n"
+    "if sys.argv[4:] == ['later']: sys.stdin.readline()\n"
     "try:\n"
-    "    c = claim_folder(Path(sys.argv[2]), 'k')\n"
-    "    print('delegated' if c.lock is None else 'owner', flush=True)\n"
+    "    c = claim_folder(Path(sys.argv[2]), 'k', writer=sys.argv[3] == 'writer')\n"
+    "    print('delegated' if c.owner is None else 'owner', flush=True)\n"
     "except FolderInUseError as err:\n"
     "    print('refused', err.pid, flush=True)\n"
     "sys.stdin.readline()\n"
@@ -268,9 +305,9 @@ def start_owner(folder: Path, body: str, *child_args: str) -> subprocess.Popen[s
     return subprocess.Popen([*argv, CLAIM_AND_SAY, *child_args], stdin=pipe, stdout=pipe, text=True)
 
 
-def test_processes_the_owner_starts_work_under_its_lock_and_nobody_else(tmp_path):
-    # What a launcher and its ServerApp do, without Flower between them: the owner's
-    # descendants share its lock; no other process does.
+def test_processes_the_owner_starts_work_under_its_lock_and_one_of_them_writes(tmp_path):
+    # What a launcher and its ServerApps do, without Flower between them: the owner's
+    # descendants share its owner lock; the writer lock is never shared, not even among them.
     folder = tmp_path / "run"
     owner = start_owner(
         folder,
@@ -278,10 +315,13 @@ def test_processes_the_owner_starts_work_under_its_lock_and_nobody_else(tmp_path
         "print(first.stdout.readline().strip(), flush=True)\n"
         "print(second.stdout.readline().strip(), flush=True)\n"
         "sys.stdin.readline()\n",
+        "writer",
     )
     try:
         assert owner.stdout is not None
-        assert [owner.stdout.readline().split() for _ in range(2)] == [["delegated"]] * 2
+        said = sorted(owner.stdout.readline().split() for _ in range(2))
+        assert said[0] == ["delegated"]  # one child writes, under the owner's lock
+        assert said[1][0] == "refused" and int(said[1][1]) not in (owner.pid, os.getpid())
         with pytest.raises(FolderInUseError) as err:  # the owner's parent does not share it
             claim_folder(folder, "result-dir")
         assert err.value.pid == owner.pid
@@ -297,6 +337,7 @@ def test_a_process_started_by_an_owner_that_let_go_is_refused_by_the_next_owner(
         "late = child(); claim.release(); print('released', flush=True)\n"
         "sys.stdin.readline(); late.stdin.write('claim\\n'); late.stdin.flush()\n"
         "print(late.stdout.readline().strip(), flush=True); sys.stdin.readline()\n",
+        "owner",
         "later",
     )
     processes = [owner]
@@ -304,7 +345,7 @@ def test_a_process_started_by_an_owner_that_let_go_is_refused_by_the_next_owner(
         assert owner.stdout is not None and owner.stdin is not None
         assert owner.stdout.readline().strip() == "released"
         next_owner = subprocess.Popen(  # its stdin a pipe: it holds until killed, not until EOF
-            [sys.executable, "-c", CLAIM_AND_SAY, *in_project(folder)],
+            [sys.executable, "-c", CLAIM_AND_SAY, *in_project(folder), "owner"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         processes.append(next_owner)
@@ -350,7 +391,7 @@ def test_a_killed_owners_line_shares_the_lock_with_nobody(tmp_path, monkeypatch)
     monkeypatch.setenv(OWNERS_ENV, str(dead.pid))
     with holding(BARE_FLOCK, str(folder / LOCK_FILE), "30", says="held"):
         with pytest.raises(FolderInUseError) as err:
-            take_lock(folder, "result-dir")
+            take_lock(folder, LOCK_FILE, "result-dir", shared=True)
         assert err.value.pid is None
 
 
@@ -360,6 +401,6 @@ def test_a_lock_let_go_before_its_holder_wrote_is_taken_not_refused(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
     with holding(BARE_FLOCK, str(folder / LOCK_FILE), "0.3", says="held"):
-        lock = take_lock(folder, "result-dir")
+        lock = take_lock(folder, LOCK_FILE, "result-dir", shared=False)
         assert lock is not None and lock.is_locked
         let_go(lock)

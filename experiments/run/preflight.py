@@ -119,20 +119,20 @@ def check_model_fits(
 def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any], FolderClaim]:
     """Check a run and lock its folder for this command's life; the run config and the claim."""
     from server_app.checkpoint import claim_run_folder
-    from server_app.run_folder.folder_lock import LOCK_FILE, claim_folder
+    from server_app.run_folder.folder_lock import claim_folder, holds_lock_files
 
     fresh = not run_config.get("result-dir") and not run_config.get("resume-from")
     config = with_result_dir(run_config, out)
     folder = effective_result_dir(config)
     early = None
-    if not fresh and (folder.is_symlink() or os.path.lexists(folder / LOCK_FILE)):
+    if not fresh and (folder.is_symlink() or holds_lock_files(folder)):
         key = "resume-from" if config.get("resume-from") else "result-dir"
         early = claim_folder(folder, f"run-config key '{key}'", create=False)  # a holder named
     try:
         parsed = check_before_start(config)
         if early is not None:
             return config, early
-        taken = claim_run_folder(parsed, fresh_name=fresh)
+        taken = claim_run_folder(parsed, writer=False, fresh_name=fresh)
     except BaseException:
         if early is not None:
             early.release()

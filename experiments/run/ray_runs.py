@@ -262,7 +262,7 @@ def run_tasks(
         if reason:
             append_line(folder / RUN_LOG, reason)
         try:
-            with claim_folder(folder, "result folder"):
+            with claim_folder(folder, "result folder", writer=True):
                 for name in sorted(files, key=lambda name: name == STATUS_FILE):
                     atomic_write(folder / name, files[name])
         except ValueError as err:

@@ -1,7 +1,6 @@
-"""One lock per run folder, shared with the processes its owner starts (:data:`OWNERS_ENV`).
-
-See docs/design.md, "One writer per folder".
-"""
+"""One writer per run folder: an owner lock shared with the processes the owner starts (their
+:data:`OWNERS_ENV`), a writer lock never shared; see docs/design.md, "One writer per folder".
+"""  # noqa: D205
 
 from __future__ import annotations
 
@@ -15,8 +14,9 @@ from filelock import FileLock, Timeout
 
 from fedcgd_strategy.errors import OneLineMessage
 
-LOCK_FILE = ".fedcgd.lock"
-#: The PIDs of this process and those above it that hold folder locks, space-separated.
+LOCK_FILE, WRITER_LOCK_FILE = ".fedcgd.lock", ".fedcgd-writer.lock"
+LOCK_FILES = (LOCK_FILE, WRITER_LOCK_FILE)
+#: The PIDs of this process and those above it that hold owner locks, space-separated.
 OWNERS_ENV = "FEDCGD_LOCK_OWNERS"
 
 
@@ -55,29 +55,30 @@ def _owners() -> list[str]:
     return os.environ.get(OWNERS_ENV, "").split()
 
 
-def take_lock(folder: Path, key: str) -> FileLock | None:
-    """Lock ``folder``'s lock file; None when an owner above this process (or it) holds it.
+def take_lock(folder: Path, name: str, key: str, *, shared: bool) -> FileLock | None:
+    """Lock ``folder / name``; None when ``shared`` and an owner above this process holds it.
 
     Waits up to 2 s for a holder to write its line. Raises :class:`FolderInUseError`, or
     ValueError when the lock file cannot be opened (a link, no permission).
     """
-    path = folder / LOCK_FILE
+    path = folder / name
     lock = FileLock(path, thread_local=False, preserve_lock_file=True, on_acquired=_sign)
     try:
         lock.acquire(timeout=2.0, poll_interval=0.01, cancel_check=lambda: bool(_holder(path)[0]))
     except Timeout:
         pid, command = _holder(path)
-        if pid is not None and str(pid) in _owners():
+        if shared and pid is not None and str(pid) in _owners():
             return None
         who = f"process {pid}" + (f" ({command})" if command else "") if pid else "another process"
+        role = "written by" if name == WRITER_LOCK_FILE else "in use by"
         raise FolderInUseError(
-            f"{key}: '{folder}' is in use by {who}; one run writes in a folder at a time: wait for "
+            f"{key}: '{folder}' is {role} {who}; one run writes in a folder at a time: wait for "
             "it to end, or stop it first",
             pid,
         ) from None
     except OSError as err:
         raise ValueError(f"{key}: cannot open the lock file '{path}' ({err.strerror})") from err
-    if str(os.getpid()) not in _owners():  # for the processes started now
+    if name == LOCK_FILE and str(os.getpid()) not in _owners():  # for the processes started now
         os.environ[OWNERS_ENV] = " ".join([*_owners(), str(os.getpid())])
     return lock
 
@@ -113,33 +114,42 @@ def refuse_links(folder: Path, key: str) -> None:
         )
 
 
+def holds_lock_files(folder: Path) -> bool:
+    """True when ``folder`` holds a lock file (it was, or is, claimed)."""
+    return any(os.path.lexists(folder / name) for name in LOCK_FILES)
+
+
 def probe_free(folder: Path, key: str) -> None:
-    """Refuse a folder whose lock an unrelated process holds; creates nothing."""
-    if os.path.lexists(folder / LOCK_FILE):
-        let_go(take_lock(folder, key))
+    """Refuse a folder whose owner or writer lock an unrelated process holds; creates nothing."""
+    for name in LOCK_FILES:
+        if os.path.lexists(folder / name):
+            let_go(take_lock(folder, name, key, shared=name == LOCK_FILE))
 
 
 @dataclass
 class FolderClaim:
-    """The lock held on ``folder`` (None: held above), the first folder ``created``."""
+    """The locks held on ``folder`` (``owner`` None: held above), the first folder ``created``."""
 
     folder: Path
-    lock: FileLock | None = None
+    owner: FileLock | None = None
+    writer: FileLock | None = None
     created: Path | None = None
 
     def release(self) -> None:
-        """Let go of the claim's lock."""
-        let_go(self.lock)
-        self.lock = None
+        """Let go of every lock of the claim."""
+        let_go(self.writer)
+        let_go(self.owner)
+        self.owner = self.writer = None
 
     def abandon(self) -> None:
-        """Release; remove the folders the claim created if they hold nothing but the lock file."""
+        """Release; remove the folders the claim created if they hold nothing but lock files."""
         self.release()
         folder = self.folder
         with contextlib.suppress(OSError):
-            if self.created is None or set(os.listdir(folder)) - {LOCK_FILE}:
+            if self.created is None or set(os.listdir(folder)) - set(LOCK_FILES):
                 return
-            (folder / LOCK_FILE).unlink(missing_ok=True)
+            for name in LOCK_FILES:
+                (folder / name).unlink(missing_ok=True)
             while folder != self.created.parent:
                 folder.rmdir()
                 folder = folder.parent
@@ -152,10 +162,11 @@ class FolderClaim:
 
 
 def claim_folder(
-    folder: Path, key: str, *, create: bool = True, fresh_name: bool = False
+    folder: Path, key: str, *, create: bool = True, writer: bool = False, fresh_name: bool = False
 ) -> FolderClaim:
     """Create (if ``create``) and lock a run folder for this process.
 
+    ``writer``: keep the writer lock (else only check that no other writer holds it);
     ``fresh_name``: a default name, suffixed ``-2``, ``-3``, ... when taken (``mkdir`` is
     exclusive). Raises :class:`FolderInUseError`, ValueError or FileNotFoundError.
     """
@@ -181,7 +192,11 @@ def claim_folder(
         raise ValueError(f"{key} = '{folder}' is a file; give a new or empty folder")
     claim = FolderClaim(folder, created=created)
     try:
-        claim.lock = take_lock(folder, key)
+        claim.owner = take_lock(folder, LOCK_FILE, key, shared=True)
+        claim.writer = take_lock(folder, WRITER_LOCK_FILE, key, shared=False)
+        if not writer:
+            let_go(claim.writer)
+            claim.writer = None
     except BaseException:
         claim.abandon()
         raise
