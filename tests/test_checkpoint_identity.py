@@ -292,6 +292,8 @@ STATE_PARAMS[SUMMING] = {}
         ("FedAvgM", "momentum_vector", lambda v: v[::-1],
          "momentum_vector['w'] has shape [3]; the model's is [2, 3]"),
         ("FedAdam", "m_t", lambda v: {"w": v["w"]}, "m_t is not 2 arrays"),
+        ("FedAdam", "m_t", lambda v: {"a": v["w"], "c": v["b"]},
+         "m_t has other keys than the model's: ['a', 'c']"),
         ("FedAdam", "v_t", lambda v: {k: x[..., :1] for k, x in v.items()},
          "v_t['w'] has shape [2, 1]"),
         ("FedAdam", "v_t", lambda v: {k: x.astype(np.float64) for k, x in v.items()},

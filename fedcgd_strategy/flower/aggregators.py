@@ -328,9 +328,10 @@ def _fit(value: Any, kind: str, model: Arrays, where: str) -> Any:
     if value is None:  # before the first round
         return None
     by_name = dict(zip(model, value, strict=False)) if isinstance(value, list) else value
-    fits = isinstance(value, list if kind == "list" else dict) and len(value) == len(model)
-    if not (fits and set(by_name) == set(model)):
+    if not isinstance(value, list if kind == "list" else dict) or len(value) != len(model):
         raise ValueError(f"{refusal} is not {len(model)} arrays, one per array of the model")
+    if set(by_name) != set(model):
+        raise ValueError(f"{refusal} has other keys than the model's: {sorted(by_name)[:3]}")
     for key, ref in model.items():
         if problem := array_problem(by_name[key], ref, same_dtype=False):
             raise ValueError(f"{refusal}[{key!r}] {problem}")
