@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import pickle
 import random
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,15 @@ def test_arrays_are_the_packages_make_dataset_with_its_defaults_and_split(tmp_pa
     # 200 // 10 = 20 samples of each digit over both sets.
     counts = np.bincount(y_train, minlength=10) + np.bincount(y_test, minlength=10)
     assert counts.tolist() == [20] * 10
+
+
+def test_generations_on_several_threads_each_give_the_packages_arrays():
+    """The package draws from numpy's global generator: threads generate one at a time."""
+    expected = package_dataset(SMALL_N)
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: generate_mnist1d(mnist1d_arguments(SMALL_N)), range(8)))
+    for x_train, *_ in results:
+        np.testing.assert_array_equal(x_train[:, 0, :], expected["x"].astype(np.float32))
 
 
 # --- the cache -------------------------------------------------------------------------------

@@ -58,6 +58,9 @@ def mnist1d_cache_path(data_dir: str | Path, arguments: dict[str, Any]) -> Path:
     return Path(data_dir) / f"mnist1d-{arguments['num_samples']}-{digest}.npz"
 
 
+_GENERATING = threading.Lock()
+
+
 def generate_mnist1d(arguments: dict[str, Any]) -> Mnist1dArrays:
     """MNIST-1D from ``make_dataset(arguments)``: inputs float32 [n, 1, L], labels int64 [n]."""
     from mnist1d.data import make_dataset
@@ -65,7 +68,8 @@ def generate_mnist1d(arguments: dict[str, Any]) -> Mnist1dArrays:
 
     from fedcgd_task.training import seeded_generators
 
-    with seeded_generators(0):  # the package seeds the global generators: restored after
+    # The package seeds the global generators (restored after); one generation at a time.
+    with _GENERATING, seeded_generators(0):
         data = make_dataset(ObjectView(dict(arguments)))
     x_train, x_test = (np.asarray(data[k], dtype=np.float32) for k in ("x", "x_test"))
     return (
