@@ -122,8 +122,10 @@ def check_data(result: object, name: str) -> tuple[DataSplit, DataSplit]:
         and len(result) in (2, 3)
         and all(isinstance(part, tuple | list) and len(part) == 2 for part in result[:2])
     ):
+        parts = f" of ({', '.join(type(p).__name__ for p in result)})" if isinstance(
+            result, tuple) and len(result) <= 3 else ""  # fmt: skip
         raise ValueError(
-            f"{where}: the function returned a {type(result).__name__}; it must return "
+            f"{where}: the function returned a {type(result).__name__}{parts}; it must return "
             + RETURN_CONTRACT
         )
     given = result[2] if len(result) == 3 else None
