@@ -187,6 +187,17 @@ class FailsInRound3(Policy):
         if type(self).calls == 3:
             raise RuntimeError("out of ideas")
         return decision_from_mask(inputs, np.zeros(inputs.num_devices, dtype=bool))
+
+
+class GradientFails(Policy):
+    needs_reports = False
+
+    @property
+    def class_gradient(self):
+        raise ZeroDivisionError("no uploads")
+
+    def schedule(self, inputs, rng):
+        return decision_from_mask(inputs, np.zeros(inputs.num_devices, dtype=bool))
 """
 
 
@@ -205,6 +216,7 @@ BATCHED = {
     "Raises": {},
     "ZeroesTheBandwidths": {},
     "FailsInRound3": {"num-server-rounds": 5, "checkpoint-every": 1},  # resumable after round 2
+    "GradientFails": {},
     "all": {"policy": "all", "num-server-rounds": 2},  # the built-in reference, no cheat
 }
 
@@ -291,6 +303,17 @@ def test_a_users_policy_that_raises_mid_run_fails_that_round_in_one_line(cheats,
         f"out of ideas (cheats.py:{line} in schedule)"
     )
     assert err[-1].startswith("to continue after round 2 of 5: "), err[-1]
+
+
+def test_what_a_policys_class_gradient_raises_fails_round_1_in_one_line(cheats, batched):
+    _, done = batched["GradientFails"]
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and "Traceback" not in done.stderr, err
+    line = CHEATS.splitlines().index('        raise ZeroDivisionError("no uploads")') + 1
+    assert err[-2] == (
+        f"failed: policy '{cheats}:GradientFails', round 1: its class_gradient raised "
+        f"ZeroDivisionError: no uploads (cheats.py:{line} in class_gradient)"
+    ), err
 
 
 def test_the_round_inputs_a_policy_gets_are_read_only():
