@@ -470,7 +470,8 @@ PHRASES = {
         "({α.1 fscd wemd}, {α1 fscd wemd}, {α10 fscd wemd}, against BC's {α.1 bc wemd}, "
         "{α1 bc wemd}, {α10 bc wemd})",
         "seed 1, which ends at {run α10 fscd 1 final} after a best of {run α10 fscd 1 best} (its "
-        "late mean over the last 240 rounds is {late α10 1}", "**unexplained**",
+        "late mean over the last 240 rounds is {late α10 1}",
+        "a fall of the step size, **not of the schedule**",
         "code column says `1e6a98feee0c0b3a` for every one",
     ],
     PAPER: [
@@ -703,3 +704,58 @@ def test_each_tables_runs_share_one_code(preset: str) -> None:
     digests = {d for run in _runs(preset) for d in run["code"].split()}
     assert len(digests - {"unknown"}) == 1
     assert "unknown" not in digests or preset in (LOCAL, IMBALANCE)
+
+
+#: The η tables of the falls: (the words before the table, its CSV, the η of its columns).
+FALLS = [
+    ("per round from the checkpoint after round 635", "mnist1d_eta_fall",
+     ("0.3", "0.2", "0.1", "0.1_round_636_only")),
+    ("The second fall, from the checkpoint after round 1,083", "mnist1d_eta_fall",
+     ("0.3", "0.2", "0.1")),
+    ("has every round 1,100–1,200", "mnist1d_eta_fall_a10", ("0.3", "0.2", "0.1")),
+]  # fmt: skip
+
+
+def _fall_rows(name: str) -> dict[int, dict[str, str]]:
+    with (DOCS / f"{name}.csv").open(encoding="utf-8") as file:
+        return {int(row["round"]): row for row in csv.DictReader(file)}
+
+
+@pytest.mark.parametrize(("anchor", "name", "etas"), FALLS)
+def test_each_fall_tables_cells_are_its_csv_values(anchor: str, name: str, etas: tuple) -> None:
+    """Accuracy (test loss) of each η at each round shown, as its CSV holds them."""
+    text = _section("evidence.md")
+    lines = text[text.index(anchor) :].split("\n| round |", 1)[1].splitlines()[2:]
+    body = list(itertools.takewhile(lambda line: line.startswith("|"), lines))
+    rows = _fall_rows(name)
+    assert len(body) >= 9
+    for line in body:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        row = rows[int(cells[0].replace(",", ""))]
+        assert cells[1:] == [
+            f"{float(row[f'eta_{e}_accuracy']):.3f} ({float(row[f'eta_{e}_loss']):.2f})"
+            for e in etas
+        ], line
+
+
+def test_the_alpha_10_falls_readings() -> None:
+    """σ̂'s climb at η = 0.3 and its ceiling, the lowest accuracy at η ≤ 0.2, equal schedules."""
+    rows = _fall_rows("mnist1d_eta_fall_a10")
+    after = range(1106, 1201)
+    text = " ".join(_section("evidence.md").split())
+
+    def top(eta: str, column: str) -> float:
+        return max(float(rows[r][f"eta_{eta}_{column}"]) for r in after)
+
+    low = {e: min(float(rows[r][f"eta_{e}_accuracy"]) for r in after) for e in ("0.2", "0.1")}
+    peak = max(after, key=lambda r: float(rows[r]["eta_0.3_sigma"]))
+    assert (
+        f"σ̂ climbs from {float(rows[1105]['eta_0.3_sigma']):.2f} (round 1,105) to "
+        f"{top('0.3', 'sigma'):.2f} (round {peak:,})" in text
+    )
+    assert f"it stays at most {top('0.2', 'sigma'):.2f} and {top('0.1', 'sigma'):.2f}" in text
+    assert f"after round 1,105 is {low['0.2']:.3f} and {low['0.1']:.3f}" in text
+    assert f"(lowest accuracy {low['0.2']:.3f} and {low['0.1']:.3f} up to round 1,200" in text
+    assert f"{min(low.values()):.3f}" > f"{float(rows[1117]['eta_0.3_accuracy']):.3f}"
+    same = [len({rows[r][f"eta_{e}_num_scheduled"] for e in ("0.3", "0.2", "0.1")}) for r in after]
+    assert same[:4] == [1] * 4 and "rounds 1,106–1,109 are the same in all three" in text
