@@ -327,6 +327,10 @@ EXTRA: dict[str, Callable[[], Any]] = {
     "reached τ5 bc": lambda: _reached(LOCAL, "bc", TAU5),
     "d fscd reached": lambda: _reached(DIGITS, FSCD, ""),
     "d bc reached": lambda: _reached(DIGITS, "bc", ""),
+    "α10 bc least p": lambda: min(
+        float(_table(DIRICHLET)[(A10, "bc")][f"{p}_vs_fedcgd_fscd"])
+        for p in ("p_value", "best_p_value")
+    ),
     "d others least p": lambda: min(
         _paired_t_p(DIGITS, p, "", FINAL)[1] for p in (GS, "bn2", "poc", "fedcbs", "all")
     ),
@@ -460,7 +464,7 @@ PHRASES = {
     ALPHA: [
         "best accuracy at α = 1 ({-α1 bc bΔ}, p = {α1 bc bp}, {α1 bc bph} after Holm)",
         "final accuracy there ({-α1 bc Δ}, p = {α1 bc p}, {α1 bc ph} after Holm), nor at α = 0.1 "
-        "(final {-α.1 bc Δ}, p = {α.1 bc p};",
+        "(final {-α.1 bc Δ}, p = {α.1 bc p};", "or α = 10 (p ≥ {α10 bc least p})",
         "do not stay below 0.05 after Holm ({α.1 cbs ph}, {α.1 cbs bph}, {α1 cbs bph})",
         "1 do ({α.1 bn2 bph}, {α1 bn2 bph})",
         "({α.1 fscd median}, {α1 fscd median}, {α10 fscd median} rounds; GS {α.1 gs median}, "
@@ -759,3 +763,21 @@ def test_the_alpha_10_falls_readings() -> None:
     assert f"{min(low.values()):.3f}" > f"{float(rows[1117]['eta_0.3_accuracy']):.3f}"
     same = [len({rows[r][f"eta_{e}_num_scheduled"] for e in ("0.3", "0.2", "0.1")}) for r in after]
     assert same[:4] == [1] * 4 and "rounds 1,106–1,109 are the same in all three" in text
+
+
+def test_the_attack_costs_in_aggregation_md() -> None:
+    """What one and three sign-flip attackers cost FedAvg's final accuracy, from its CSV."""
+    with (DOCS / "attack_aggregators.csv").open(encoding="utf-8") as file:
+        rows = [r for r in csv.DictReader(file) if r["aggregator"] == "FedAvg"]
+    final = {(r["policy"], r["attackers"]): float(r["final_accuracy_mean"]) for r in rows}
+
+    def cost(policy: str, attackers: str) -> str:
+        return f"{final[(policy, '0')] - final[(policy, attackers)]:.3f}"
+
+    text = " ".join(_section("aggregation.md").split())
+    assert (
+        f"Three attackers cost the scheduler's FedAvg {cost('fedcgd-fscd', '3')} final accuracy "
+        f"under FedCGD-FSCD (paired p = 0.03), {cost('bc', '3')} under BC (p = 0.01) and "
+        f"{cost('all', '3')} under `all` (p < 0.01); one attacker costs `all` {cost('all', '1')} "
+        f"(p = 0.02), FedCGD-FSCD {cost('fedcgd-fscd', '1')} and BC {cost('bc', '1')}"
+    ) in text
