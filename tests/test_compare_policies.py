@@ -69,6 +69,7 @@ def test_tables_from_finished_runs(tmp_path, monkeypatch, capsys):
     assert set(by_run) == {(p, str(s)) for p in ACCURACY for s in (0, 1, 2)}
     assert by_run[("bc", "1")]["rounds_to_target"] == ""  # never reached 0.6
     assert by_run[("bc", "0")]["rounds_to_target"] == "3"
+    assert by_run[("fedcgd-fscd", "1")]["rounds_to_target"] == "2"  # the first round at 0.6
     assert Path(by_run[("bc", "2")]["result_dir"]) == out / "bc" / "seed-2"
 
     table = {r["policy"]: r for r in read_csv(out / "table.csv")}
@@ -183,6 +184,22 @@ def test_command_line_errors(extra, message, tmp_path, monkeypatch, capsys):
     assert invoke(["compare", "--out", str(tmp_path), *extra]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and message in err and err.count("\n") == 1
+
+
+def test_kept_runs_with_other_settings_are_refused_before_any_run(tmp_path, monkeypatch, capsys):
+    """The adversarial case: 50-round seed-0 runs kept, 3 rounds with seeds 0 and 1 asked."""
+    out = tmp_path / "stale"
+    for p in ("fedcgd-fscd", "bc"):
+        fake_run(planning.run_dir(out, p, 0), p, 0, [0.5, 0.6, 0.7], {"num-server-rounds": 50})
+    monkeypatch.setattr(execution, "run_flwr", no_flwr)
+    args = ["--policies", "fedcgd-fscd,bc", "--seeds", "0,1", "--out", str(out)]
+    assert invoke(["compare", *args, "--run-config", "num-server-rounds=3"]) == 2
+    err = capsys.readouterr().err
+    kept = out / "fedcgd-fscd" / "seed-0"
+    assert err.startswith(f"error: {kept}: num-server-rounds = 50 there, 3 now; "), err
+    assert err.count("\n") == 1, err
+    assert not (out / "bc" / "seed-1").exists()  # nothing ran, not even the new seed
+    assert not (out / "table.csv").exists()
 
 
 def test_only_where_and_how_often_a_run_saves_may_differ(tmp_path):
@@ -376,3 +393,28 @@ def test_policy_params_no_policy_takes_are_refused_with_each_policys_reason(tmp_
         "'per_round'; allowed: none; run-config key policy-params.per_round: written per-round "
         "(kebab case); allowed: per-round"
     )
+
+
+def test_a_kept_run_damaged_after_planning_is_a_failed_run_not_half_a_table(tmp_path):
+    for policy in ("fedcgd-fscd", "bc"):
+        for seed in (0, 1):
+            fake_run(planning.run_dir(tmp_path, policy, seed), policy, seed, [0.5, 0.6, 0.7])
+    points = [("", planning.plan_runs(["fedcgd-fscd", "bc"], {}, tmp_path, [0, 1]))]
+    (planning.run_dir(tmp_path, "bc", 0) / "metrics.jsonl").write_text("{broken\n")
+    result = execution.run_points(points, tmp_path, execution.LaunchSettings("simulation"), None)
+    assert [name for name, _ in result.failed] == ["bc/seed-0"]
+    assert "metrics.jsonl line 1" in result.failed[0][1]
+    kept = {(r["policy"], r["seed"]) for r in read_csv(tmp_path / "runs.csv")}
+    assert kept == {("fedcgd-fscd", "0"), ("fedcgd-fscd", "1"), ("bc", "1")}
+
+
+def test_a_kept_run_that_failed_stays_failed_and_out_of_the_tables(tmp_path):
+    """A run whose rounds all ran but that failed (say most aggregations failed) wrote a
+    summary; run again, the comparison keeps it as the failure it was (docs/aggregation.md)."""
+    why = "aggregation failed in 3 of the 3 rounds with uploads"
+    fake_run(planning.run_dir(tmp_path, "fedcgd-fscd", 0), "fedcgd-fscd", 0, [0.5, 0.6, 0.7])
+    fake_run(planning.run_dir(tmp_path, "bc", 0), "bc", 0, [0.1] * 3, state=FAILED, reason=why)
+    points = [("", planning.plan_runs(["fedcgd-fscd", "bc"], {}, tmp_path, [0]))]
+    result = execution.run_points(points, tmp_path, execution.LaunchSettings("simulation"), None)
+    assert result.failed == [("bc/seed-0", f"failed earlier: {why}")] and result.code == 1
+    assert {r["policy"] for r in read_csv(tmp_path / "runs.csv")} == {"fedcgd-fscd"}

@@ -166,6 +166,17 @@ def run_reason(
     return shortened(reason) if code == 0 else f"exit code {code}: {shortened(reason)}"
 
 
+def kept_failure(folder: Path) -> str | None:
+    """Why a kept run (its rounds all run) failed, as its status says; None: it completed."""
+    try:
+        status = read_status(folder)
+    except ValueError:
+        return None  # its files were read at planning; a torn status changes no row
+    if status is None or status.state != FAILED:
+        return None
+    return f"failed earlier: {shortened(status.reason or 'no reason recorded')}"
+
+
 def shortened(reason: str) -> str:
     """``reason`` cut to :data:`MAX_REASON` characters (``...`` at the end when cut)."""
     return reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
@@ -229,7 +240,7 @@ def run_points(
     for plan in (p for p in every if p.action == KEEP):
         announce(plan)
         tracker.end_run(kept=True)
-        outcomes[plan.result_dir] = None
+        outcomes[plan.result_dir] = kept_failure(plan.result_dir)
     to_run = [plan for plan in every if plan.action != KEEP]
     retried = None
     if how.jobs == 1 and how.ray is None:
@@ -279,7 +290,7 @@ def run_points(
             reason = outcomes[plan.result_dir]
             if reason is None:
                 try:
-                    runs.append(plan.row or summarise(plan.result_dir, target_accuracy, plan.seed))
+                    runs.append(summarise(plan.result_dir, target_accuracy, plan.seed))
                 except ValueError as err:  # a file damaged after the run: not half a table
                     reason = first_line(err)
             if reason is not None:

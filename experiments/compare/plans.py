@@ -129,14 +129,13 @@ def check_comparison(
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """One (policy, seed): folder, run-config overrides, :data:`RUN` / KEEP / RESUME, kept row."""
+    """One (policy, seed): its folder, run-config overrides and :data:`RUN` / KEEP / RESUME."""
 
     policy: str
     seed: int
     result_dir: Path
     overrides: dict[str, Any]
     action: str
-    row: dict[str, Any] | None = None
 
     @property
     def label(self) -> str:
@@ -151,7 +150,7 @@ def plan_run(
     shared: Mapping[str, Any],
     target_accuracy: float | None = None,
 ) -> PlannedRun:
-    """Keep a run with a ``summary.json`` (its row read), resume one with a checkpoint, else run.
+    """Keep a run with a ``summary.json`` (its files read), resume one with a checkpoint, else run.
 
     A kept run of other settings or with damaged files: ValueError (one line) before any start.
     """
@@ -174,8 +173,8 @@ def plan_run(
             f"{result_dir}: {change}; a kept run's settings may not change: give another "
             "output folder, or remove its runs to run them again"
         )
-    row = summarise(result_dir, target_accuracy, seed)  # refused now if damaged
-    return PlannedRun(policy, seed, result_dir, overrides, KEEP, row)
+    summarise(result_dir, target_accuracy, seed)  # refused now if damaged; read again at the end
+    return PlannedRun(policy, seed, result_dir, overrides, KEEP)
 
 
 def plan_runs(
