@@ -136,8 +136,10 @@ def test_the_check_of_the_docs_fails_on_a_name_the_tool_does_not_have():
         (["no-such-command"], "error: No such command 'no-such-command'"),
         (["certificates", "--supernodes", "-1"], "error: Invalid value for '--supernodes': -1"),
         (["run", "--deployment", "--num-supernodes", "-1"], "error: Invalid value for '--num-s"),
+        (["run", "--flwr-home", __file__], f"error: Invalid value for '--flwr-home': --flwr-home "
+         f"= '{__file__}' is a file; allowed: a folder (made if missing)"),
     ],
-)
+)  # fmt: skip
 def test_a_usage_error_is_one_line_and_exit_code_2(argv, message, capsys):
     assert invoke(argv) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()

@@ -19,6 +19,9 @@ class CheckedPath(click.ParamType):
 
     name = "path"
 
+    def __init__(self, folder: bool = False) -> None:
+        self.folder = folder  # True: an existing path must be a folder
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
         """``value`` as a Path, or a usage error naming the option."""
         from fedcgd_task.setting import check_path_names
@@ -27,14 +30,17 @@ class CheckedPath(click.ParamType):
             return value
         option = param.opts[0] if param is not None else "path"
         try:
-            return Path(check_path_names(str(value), option, label=option))
+            path = Path(check_path_names(str(value), option, label=option))
         except ValueError as err:
             self.fail(str(err), param, ctx)
+        if self.folder and path.exists() and not path.is_dir():
+            self.fail(f"{option} = {str(value)!r} is a file; allowed: a folder (made if missing)")
+        return path
 
 
-def path_option(*names: str, help: str, **kwargs: Any) -> Any:
-    """A ``typer.Option`` of a checked path (:class:`CheckedPath`)."""
-    return typer.Option(*names, click_type=CheckedPath(), help=help, **kwargs)
+def path_option(*names: str, help: str, folder: bool = False, **kwargs: Any) -> Any:
+    """A ``typer.Option`` of a checked path (:class:`CheckedPath`; ``folder``: not a file)."""
+    return typer.Option(*names, click_type=CheckedPath(folder), help=help, **kwargs)
 
 
 def choice_option(choices: Sequence[str], help: str) -> Any:

@@ -59,7 +59,9 @@ def run_command(
         str | None, typer.Option(help="with --deployment: GPU of SuperNode i, e.g. 0,1")
     ] = None,
     ray_address: RayAddress = None,
-    flwr_home: Annotated[Path | None, path_option("--flwr-home", help="FLWR_HOME")] = None,
+    flwr_home: Annotated[
+        Path | None, path_option("--flwr-home", help="FLWR_HOME", folder=True)
+    ] = None,
     superlink: Annotated[str | None, typer.Option(help="an existing SuperLink HOST:PORT")] = None,
     root_certificates: Annotated[
         Path | None, path_option("--root-certificates", help="with --superlink: its CA")
