@@ -9,6 +9,8 @@ import pytest
 from scipy import stats
 
 from experiments.analysis.statistics import (
+    EQUIVALENCE_MARGIN,
+    equivalence_test,
     finite,
     holm,
     km_median,
@@ -58,6 +60,42 @@ def test_the_paired_t_test_of_the_common_finite_seeds_and_where_it_is_undefined(
     result = paired_test(a, b)
     assert result.n == n and result.mean_diff == pytest.approx(diff, nan_ok=True)
     assert result.p_value == pytest.approx(p, nan_ok=True)
+
+
+def _t2_cdf(t: float) -> float:
+    """Student t's CDF with 2 degrees of freedom, closed form: 1/2 + t / (2 √(2 + t²))."""
+    return 0.5 + t / (2 * math.sqrt(2 + t * t))
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "n", "diff", "p"),
+    [
+        # d = 0.001, 0.003, 0.002 (seed 5 unpaired): mean 0.002, sd 0.001, se 0.001/√3;
+        # t = (0.002 + 0.01)/se = 12√3 and (0.002 − 0.01)/se = −8√3: the larger one-sided p
+        # is the upper one's, F(−8√3) = 1/2 − 8√3 / (2√194) = 0.0026: shown within ±0.01
+        (
+            {0: 0.801, 1: 0.703, 2: 0.902, 5: 0.5}, {0: 0.8, 1: 0.7, 2: 0.9}, 3, 0.002,
+            _t2_cdf(-8 * math.sqrt(3)),
+        ),
+        # d = 0.01, 0.03, 0.02: mean 0.02, se 0.01/√3, t = (0.02 − 0.01)/se = √3: the upper
+        # test's p F(√3) = 1/2 + √3/(2√5) = 0.887 (the lower's 1 − F(3√3) is smaller)
+        ({0: 0.81, 1: 0.73, 2: 0.92}, {0: 0.8, 1: 0.7, 2: 0.9}, 3, 0.02, _t2_cdf(math.sqrt(3))),
+        # the mirror image: d = −0.01, −0.03, −0.02, the lower test's p 1 − F(−√3) = 0.887
+        ({0: 0.79, 1: 0.67, 2: 0.88}, {0: 0.8, 1: 0.7, 2: 0.9}, 3, -0.02, _t2_cdf(math.sqrt(3))),
+        ({0: 0.7}, {0: 0.6}, 1, 0.1, math.nan),  # one seed
+        ({0: 0.7, 1: 0.6}, {0: 0.7, 1: 0.6}, 2, 0.0, math.nan),  # no spread
+        ({0: 0.7}, {1: 0.6}, 0, math.nan, math.nan),
+    ],
+)  # fmt: skip
+def test_the_paired_tost_by_hand(a: dict, b: dict, n: int, diff: float, p: float) -> None:
+    assert EQUIVALENCE_MARGIN == 0.01  # stated in docs/comparing.md, fixed before looking
+    result = equivalence_test(a, b)
+    assert (result.n, result.margin) == (n, 0.01)
+    assert result.mean_diff == pytest.approx(diff, nan_ok=True)
+    assert result.p_value == pytest.approx(p, nan_ok=True)
+    # a wider margin makes the same differences easier to call equivalent
+    if n == 3 and not math.isnan(p):
+        assert equivalence_test(a, b, margin=0.05).p_value < result.p_value
 
 
 def test_holm_by_hand() -> None:

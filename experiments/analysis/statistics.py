@@ -1,4 +1,4 @@
-"""Statistics over seeds (None, NaN dropped): 95 % CIs, paired t, Holm, Kaplan–Meier."""
+"""Statistics over seeds (None, NaN dropped): 95 % CIs, paired t, TOST, Holm, Kaplan–Meier."""
 
 from __future__ import annotations
 
@@ -36,19 +36,67 @@ def paired_test(
     values: Mapping[int, float | None], reference: Mapping[int, float | None]
 ) -> PairedTest:
     """``scipy.stats.ttest_rel`` over the seeds both have finite; p NaN under two or no spread."""
+    a, b = _paired_seeds(values, reference)
+    if not a.size:
+        return PairedTest(0, math.nan, math.nan)
+    diff = a - b
+    mean_diff = float(np.mean(diff))
+    scale = max(1.0, float(np.max(np.abs(a))), float(np.max(np.abs(b))))
+    if a.size < 2 or float(np.ptp(diff)) <= 1e-12 * scale:
+        return PairedTest(int(a.size), mean_diff, math.nan)
+    return PairedTest(int(a.size), mean_diff, float(stats.ttest_rel(a, b).pvalue))
+
+
+#: The equivalence margin of :func:`equivalence_test`, in accuracy (fixed before looking at the
+#: differences it tests: docs/comparing.md "One rule for many tests").
+EQUIVALENCE_MARGIN = 0.01
+
+
+def _paired_seeds(
+    values: Mapping[int, float | None], reference: Mapping[int, float | None]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The two sides' values over the seeds both have finite, in seed order."""
     seeds = sorted(
         s for s in set(values) & set(reference) if finite([values[s]]) and finite([reference[s]])
     )
     a = np.array([values[s] for s in seeds], dtype=float)
     b = np.array([reference[s] for s in seeds], dtype=float)
-    if not seeds:
-        return PairedTest(0, math.nan, math.nan)
+    return a, b
+
+
+@dataclass(frozen=True)
+class EquivalenceTest:
+    """``n`` common seeds, mean of ``policy - reference``, the margin and the TOST p-value
+    (the larger of the two one-sided p's: below 0.05, the difference is shown within
+    ``±margin``)."""  # noqa: D205, D209
+
+    n: int
+    mean_diff: float
+    margin: float
+    p_value: float
+
+
+def equivalence_test(
+    values: Mapping[int, float | None],
+    reference: Mapping[int, float | None],
+    margin: float = EQUIVALENCE_MARGIN,
+) -> EquivalenceTest:
+    """Paired TOST (two one-sided t-tests) of the per-seed differences ``values - reference``
+    over the seeds both have finite: H0 the mean difference ≤ −margin, and H0 it is ≥ +margin,
+    each rejected by a one-sided t-test with n − 1 degrees of freedom; p NaN under two seeds or
+    no spread (as :func:`paired_test`)."""  # noqa: D205, D209
+    a, b = _paired_seeds(values, reference)
+    if not a.size:
+        return EquivalenceTest(0, math.nan, margin, math.nan)
     diff = a - b
     mean_diff = float(np.mean(diff))
     scale = max(1.0, float(np.max(np.abs(a))), float(np.max(np.abs(b))))
-    if len(seeds) < 2 or float(np.ptp(diff)) <= 1e-12 * scale:
-        return PairedTest(len(seeds), mean_diff, math.nan)
-    return PairedTest(len(seeds), mean_diff, float(stats.ttest_rel(a, b).pvalue))
+    if a.size < 2 or float(np.ptp(diff)) <= 1e-12 * scale:
+        return EquivalenceTest(int(a.size), mean_diff, margin, math.nan)
+    se, df = float(stats.sem(diff)), a.size - 1
+    above_lower = float(stats.t.sf((mean_diff + margin) / se, df))  # H0: mean ≤ −margin
+    below_upper = float(stats.t.cdf((mean_diff - margin) / se, df))  # H0: mean ≥ +margin
+    return EquivalenceTest(int(a.size), mean_diff, margin, max(above_lower, below_upper))
 
 
 def holm(p_values: Sequence[float | None]) -> list[float]:
