@@ -150,12 +150,44 @@ def test_the_table_adjusts_each_p_column_by_holm_over_its_policies() -> None:
     assert rows["bc"]["rounds_to_target_km_median"] == math.inf  # 1 of 3
     assert rows["poc"]["rounds_to_target_km_median"] == 25  # 2 of 3 by round 25
     assert rows["fedcgd-fscd"]["rounds_to_target_km_median"] == 20
-    for column in results.P_COLUMNS:
+    accuracy, *rounds = results.HOLM_FAMILIES
+    for family in rounds:  # each rounds test alone: two p-values, one per policy
+        (column,) = family
         low, high = sorted(rows[p][column] for p in ("bc", "poc"))
         expected = {low: min(1, 2 * low), high: max(min(1, 2 * low), high)}
         for policy in ("bc", "poc"):
             assert rows[policy][f"{column}_holm"] == pytest.approx(expected[rows[policy][column]])
+    # final and best accuracy together (equal here, so each p twice): four p-values, the two
+    # smaller ones (the same policy's) times 4, the larger ones times 2, then not below those
+    low, high = sorted(rows[p][accuracy[0]] for p in ("bc", "poc"))
+    assert [rows[p][accuracy[1]] for p in ("bc", "poc")] == [
+        rows[p][accuracy[0]] for p in ("bc", "poc")
+    ]
+    expected = {low: min(1, 4 * low), high: max(min(1, 4 * low), min(1, 2 * high))}
+    for column, policy in itertools.product(accuracy, ("bc", "poc")):
+        assert rows[policy][f"{column}_holm"] == pytest.approx(expected[rows[policy][column]])
+    for column in results.P_COLUMNS:
         assert math.isnan(rows["fedcgd-fscd"][f"{column}_holm"])
+
+
+def test_holm_runs_over_both_accuracy_endpoints_as_one_family() -> None:
+    """4 p-values over two columns, by hand: 0.01, 0.03, 0.04, 0.5 (m = 4) become
+    4 · 0.01 = 0.04, 3 · 0.03 = 0.09, 2 · 0.04 = 0.08 raised to 0.09, 1 · 0.5; per column
+    (m = 2) they would be 0.02 / 0.03 and 0.08 / 0.5. The rounds tests stay their own
+    family: 0.0625 and 0.375 become 0.125 and 0.375."""
+    final, best = results.HOLM_FAMILIES[0]
+    sign, wilcoxon = results.ROUNDS_TEST_COLUMNS[-2:]
+
+    def row(p: float | None, best_p: float | None, sign_p: float | None) -> dict:
+        return {final: p, best: best_p, sign: sign_p, wilcoxon: None}
+
+    rows = [row(None, None, None), row(0.01, 0.04, 0.0625), row(0.03, 0.5, 0.375)]
+    results.adjust_by_holm(rows)
+    assert [r[f"{final}_holm"] for r in rows[1:]] == pytest.approx([0.04, 0.09])
+    assert [r[f"{best}_holm"] for r in rows[1:]] == pytest.approx([0.09, 0.5])
+    assert [r[f"{sign}_holm"] for r in rows[1:]] == pytest.approx([0.125, 0.375])
+    assert all(math.isnan(rows[0][f"{c}_holm"]) for c in results.P_COLUMNS)
+    assert all(math.isnan(r[f"{wilcoxon}_holm"]) for r in rows)
 
 
 def _clustered_points(n_settings: int) -> list[dict]:

@@ -48,9 +48,15 @@ ROUNDS_TEST_COLUMNS = (
     *(f"rounds_{k}{VS}" for k in COUNTS), "rounds_censored_pairs",
     *(f"rounds_{k}_p{VS}" for k in ("sign", "wilcoxon")),
 )  # fmt: skip
-#: Each p-value column and its Holm-adjusted twin (``<column>_holm``): the family is the
-#: policies tested against the reference in one table (one setting), per column.
-P_COLUMNS = (f"p_value{VS}", f"best_p_value{VS}", *ROUNDS_TEST_COLUMNS[-2:])
+#: Holm's families in one table (one setting: a comparison, or one sweep point of a preset),
+#: each p column's ``<column>_holm`` twin adjusted over its family's columns of every policy
+#: tested against the reference: the two accuracy endpoints (final and best) together, one
+#: family; each rounds-to-target test (sign, signed-rank) a family of its own.
+HOLM_FAMILIES = (
+    (f"p_value{VS}", f"best_p_value{VS}"), (ROUNDS_TEST_COLUMNS[-2],), (ROUNDS_TEST_COLUMNS[-1],),
+)  # fmt: skip
+#: Each p-value column, each with a Holm-adjusted twin (``<column>_holm``).
+P_COLUMNS = tuple(column for family in HOLM_FAMILIES for column in family)
 #: ``table.csv``: per policy, each metric's mean and 95 % half-width (rounds to the target:
 #: the Kaplan–Meier median), the paired tests and their Holm-adjusted p-values.
 TABLE_COLUMNS = (
@@ -104,7 +110,8 @@ def table_rows(
     reference: str = REFERENCE_POLICY,
 ) -> list[dict[str, Any]]:
     """One ``table.csv`` row per policy, in order of appearance, paired by seed against
-    ``reference``, each p-value with its Holm twin over the table (undefined: NaN or None)."""  # noqa: D205, D209
+    ``reference``, each p-value with its Holm twin over its family in the table
+    (:func:`adjust_by_holm`; undefined: NaN or None)."""  # noqa: D205, D209
     by_policy: dict[str, list[Mapping[str, Any]]] = {}
     for run in runs:
         by_policy.setdefault(str(run["policy"]), []).append(run)
@@ -139,10 +146,19 @@ def table_rows(
         row["runs_with_lost_devices"] = sum(int(r.get("devices_lost") or 0) > 0 for r in group)
         row["seeds"] = " ".join(str(r["seed"]) for r in group)
         rows.append(row)
-    for column in P_COLUMNS:
-        for row, adjusted in zip(rows, holm([row[column] for row in rows]), strict=True):
-            row[f"{column}_holm"] = adjusted
+    adjust_by_holm(rows)
     return rows
+
+
+def adjust_by_holm(rows: Sequence[dict[str, Any]]) -> None:
+    """Set each :data:`P_COLUMNS` column's ``<column>_holm`` twin in ``rows`` (one table): Holm
+    over the p-values of its :data:`HOLM_FAMILIES` family, every column of it in every row
+    (undefined ones, None or NaN, left out of the family and NaN)."""  # noqa: D205, D209
+    for family in HOLM_FAMILIES:
+        cells = [(row, column) for column in family for row in rows]
+        adjusted = holm([row[column] for row, column in cells])
+        for (row, column), value in zip(cells, adjusted, strict=True):
+            row[f"{column}_holm"] = value
 
 
 def _cell(value: Any) -> Any:
