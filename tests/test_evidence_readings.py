@@ -25,6 +25,7 @@ import pytest
 from scipy import stats
 
 from experiments.analysis.statistics import holm, km_median
+from experiments.compare import results
 from fedcgd_strategy.policies.registry import POLICY_LABELS
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -266,6 +267,45 @@ def test_the_table_is_recomputed_from_its_runs(preset: str) -> None:
         assert len(raw) == len(family) * (len(policies) - 1)
         for (policy, column), expected in _holm(raw).items():
             assert float(table[(sweep, policy)][f"{column}_holm"]) == pytest.approx(expected)
+
+
+#: Each table's target accuracy (its rounds columns are the runs' own rounds to it).
+TARGETS = {DIRICHLET: 0.8, LOCAL: 0.8, IMBALANCE: 0.7, DIGITS: 0.85}
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_the_project_code_writes_the_committed_table(preset: str) -> None:
+    """``results.table_rows`` over the per-run rows, per sweep point, gives every cell of
+    ``docs/<preset>.csv`` (the Holm twins by the families of ``results.HOLM_FAMILIES``): a
+    fresh ``fedcgd compare`` or ``reproduce`` over these runs writes the same table."""
+    numbers = {FINAL, BEST, SCHEDULED, WEMD}
+    whole = {"seed", "rounds_to_target", "rounds_run", "devices_lost"}
+
+    def typed(run: dict[str, str]) -> dict[str, Any]:
+        return {
+            k: (None if v == "" else float(v) if k in numbers else int(v) if k in whole else v)
+            for k, v in run.items()
+        }
+
+    points: dict[str, list[dict[str, Any]]] = {}
+    for run in _runs(preset):
+        points.setdefault(run["sweep"], []).append(typed(run))
+    table = _table(preset)
+    written = [
+        (sweep, row) for sweep, runs in points.items()
+        for row in results.table_rows(runs, TARGETS[preset])
+    ]  # fmt: skip
+    assert [(s, r["policy"]) for s, r in written] == list(table)
+    for sweep, row in written:
+        committed = table[(sweep, row["policy"])]
+        for column in results.TABLE_COLUMNS[1:]:
+            value, text = row[column], committed[column]
+            if column == "seeds":
+                assert value == text
+            elif value is None or (isinstance(value, float) and math.isnan(value)):
+                assert text == "", (sweep, row["policy"], column)
+            else:
+                assert float(text) == pytest.approx(value, rel=1e-12), (sweep, column)
 
 
 #: The keys of :func:`_value`: a sweep point (``α*``, ``r*``: pooled over the preset's), a
