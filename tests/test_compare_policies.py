@@ -244,7 +244,8 @@ def test_a_failed_run_is_named_with_its_reason_and_the_printed_command_runs_it_a
     assert calls[0]["result-dir"] == str(out / "fedcgd-fscd" / "seed-0")
     failed, last = last_two_lines(capsys, out)
     reason = reason.format(out / "bc" / "seed-1")
-    reason = reason if len(reason) <= 200 else reason[:197] + "..."  # a long tmp_path: cut
+    code, said = reason.rpartition("exit code 1: ")[1:]  # what the run said: cut at 200
+    reason = code + (said if len(said) <= 200 else said[:197] + "...")
     assert (
         failed == f"1 of 4 runs failed: bc/seed-1 ({reason}); the tables hold the 3 completed runs"
     )
