@@ -257,10 +257,8 @@ def test_too_few_uploads_keep_the_model_and_say_so(tmp_path):
     enough = [x for x in lines if x["num_uploaded"] >= 7]
     assert few, "the test needs a round with fewer than 4 f + 3 = 7 uploads"
     for line in few:
-        assert line["model_kept"]
-        assert line["model_kept_reason"].startswith(
-            f"too few uploads for Bulyan: {line['num_uploaded']} < 7"
-        )
+        reason = f"too few uploads for Bulyan: {line['num_uploaded']} < 7"
+        assert line["model_kept"] and line["model_kept_reason"].startswith(reason)
     assert all(not x["model_kept"] for x in enough)
 
 
@@ -364,16 +362,12 @@ def attacked(tmp_path_factory) -> dict[tuple[str, bool], float]:
     """Final accuracy of 'all' on 8 near-IID devices by (aggregator, device 0 attacking);
     "FedAvg" is the scheduler's (the default)."""
     root = tmp_path_factory.mktemp("attack")
-
-    def attacker(app: Handler) -> Handler:
-        return misbehaving(app, "sign-flip-x5", 0)
-
     out = {}
     for label, params in [("FedAvg", {}), *ROBUST.items()]:
         for attack in (False, True):
             lines, _ = run(
                 root / f"{label}-{attack}",
-                attacker if attack else None,
+                (lambda app: misbehaving(app, "sign-flip-x5", 0)) if attack else None,
                 rounds=ATTACK_ROUNDS,
                 aggregator="" if label == "FedAvg" else label,
                 **{"local-steps": 5, "max-update-norm-ratio": 10.0, "dirichlet-alpha": 100.0},
@@ -422,10 +416,7 @@ def test_readme_inprocess_aggregator_commands_run(tmp_path):
     uploads; with 8 and FedCGD-FSCD most rounds have fewer, and the run fails)."""
     expected = {
         "Krum": {"num-malicious-nodes": 1},
-        "DifferentialPrivacyServerSideFixedClipping": {
-            "noise-multiplier": 0.3,
-            "clipping-norm": 0.5,
-        },
+        FIXED: {"noise-multiplier": 0.3, "clipping-norm": 0.5},
     }
     argvs = []
     for aggregator in expected:

@@ -63,7 +63,7 @@ MODEL_CASES = [
 
 @pytest.mark.parametrize("train_mode", [True, False], ids=["train-mode", "eval-mode"])
 @pytest.mark.parametrize(("name", "shape", "classes", "n"), MODEL_CASES)
-def test_matches_per_sample_loop(
+def test_one_pass_and_vmap_match_per_sample_loop(
     name: str, shape: tuple[int, ...], classes: int, n: int, train_mode: bool
 ) -> None:
     model = build_model(name, classes, shape, seed=1).double()
@@ -78,17 +78,8 @@ def test_matches_per_sample_loop(
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     expected = reference_sigma(model, x, y)
     assert result == pytest.approx(expected.sigma, rel=expected.rel_tol)
-
-
-@pytest.mark.parametrize(("name", "shape", "classes", "n"), MODEL_CASES[:3])
-def test_vmap_reference_matches_per_sample_loop(
-    name: str, shape: tuple[int, ...], classes: int, n: int
-) -> None:
-    model = build_model(name, classes, shape, seed=1).double()
-    x, y = batch(n, shape, classes)
-    result = gradient_spread_vmap(model, x, y)
-    expected = reference_sigma(model, x, y)
-    assert result == pytest.approx(expected.sigma, rel=REL64)  # no cancellation
+    if train_mode and name != "resnet18gn":  # the vmap reference: no cancellation
+        assert gradient_spread_vmap(model, x, y) == pytest.approx(expected.sigma, rel=REL64)
 
 
 def test_hand_checkable_linear() -> None:
@@ -285,7 +276,7 @@ def test_layer_norms_match_autograd_per_sample_and_per_group(
 
 
 @pytest.mark.parametrize(("name", "shape", "classes"), [c[:3] for c in MODEL_CASES[:3]])
-def test_whole_model_group_norms_match_autograd(
+def test_whole_model_group_norms_match_autograd_and_cohort_spreads_each_device_alone(
     name: str, classes: int, shape: tuple[int, ...]
 ) -> None:
     torch.manual_seed(4)
@@ -302,12 +293,7 @@ def test_whole_model_group_norms_match_autograd(
         norms.group_sq_norms, torch.tensor(expected, dtype=torch.float64), rtol=REL64, atol=0.0
     )
     assert not any(p.grad is not None for p in model.parameters())
-
-
-@pytest.mark.parametrize(("name", "shape", "classes"), [c[:3] for c in MODEL_CASES[:3]])
-def test_cohort_spreads_equal_each_device_alone(
-    name: str, classes: int, shape: tuple[int, ...]
-) -> None:
+    # a cohort's spreads: each device's alone
     torch.manual_seed(5)
     model = build_model(name, classes, shape).double()
     b, devices = 8, 5

@@ -28,6 +28,7 @@ from test_aggregators import (  # noqa: F401  (task_identity: a fixture)
     flower_directly,
     initial_model,
     run,
+    run_readme_attack_sweep,
     task_identity,
 )
 
@@ -241,11 +242,8 @@ def test_target_clipped_quantile_is_the_fraction_of_updates_clipped(quantile, lo
 def dp_run(tmp_path: Path, name: str, *, cohorts: bool = True, **changes: Any) -> dict:
     values = {"num-devices": 8, "num-server-rounds": 3, "data-dir": str(tmp_path / "data")}
     values |= {"aggregator": FIXED, "aggregator-params.noise-multiplier": 0.3}
-    values |= {
-        "aggregator-params.clipping-norm": CLIP,
-        **changes,
-        "result-dir": str(tmp_path / name),
-    }
+    values |= {"aggregator-params.clipping-norm": CLIP, **changes}
+    values |= {"result-dir": str(tmp_path / name)}
     run_inprocess(validated_run_config(values), cohorts=cohorts)
     return torch.load(tmp_path / name / MODEL_FILE)
 
@@ -282,8 +280,6 @@ def test_adaptive_noise_within_what_its_clipped_count_allows_is_accepted():
 
 
 def test_readme_dp_measurement_command_runs(tmp_path):
-    from test_aggregators import run_readme_attack_sweep
-
     words = run_readme_attack_sweep(
         ".venv/bin/python tests/attack_sweep.py --policies fedcgd-fscd", tmp_path, "--rounds", "1"
     )

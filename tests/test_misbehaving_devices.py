@@ -154,7 +154,7 @@ def test_update_norm_outliers_by_hand():
     assert update_norm_outliers([1.0, np.inf, 4e38], 0.0).tolist() == [False, True, True]
 
 
-def test_server_and_client_compute_the_same_update_norm():
+def test_server_and_client_compute_the_same_update_norm_and_a_reported_one_must_match():
     """One definition on both sides, also for floating buffers (BatchNorm running means), and
     by hand, where integer buffers do not count."""
     ref = {"w": np.zeros(2, np.float32), "n": np.array(3, np.int64)}
@@ -176,6 +176,12 @@ def test_server_and_client_compute_the_same_update_norm():
     server = update_norm(local, reference)
     assert client_update_norm(before, model.state_dict()) == pytest.approx(server, rel=1e-12)
     assert reported_norm_matches(client_update_norm(before, model.state_dict()), server)
+    # the rule: a reported norm must be that of the upload
+    assert reported_norm_matches(5.0, 5.0)
+    assert reported_norm_matches(5.0 + 4e-5, 5.0)  # 8e-6 relative: summation order
+    assert not reported_norm_matches(5.0 + 6e-5, 5.0)  # 1.2e-5 relative
+    assert not reported_norm_matches(1e3, 0.8)
+    assert reported_norm_matches(0.0, 5e-10) and not reported_norm_matches(0.0, 2e-9)
 
 
 def test_round_histogram_rule_by_hand():
@@ -310,11 +316,3 @@ def test_huge_python_ints_and_floats_are_refused_not_raised(key, value, match):
         return
     with pytest.raises(MalformedReplyError, match=match):
         read()
-
-
-def test_a_reported_update_norm_must_be_that_of_the_upload():
-    assert reported_norm_matches(5.0, 5.0)
-    assert reported_norm_matches(5.0 + 4e-5, 5.0)  # 8e-6 relative: summation order
-    assert not reported_norm_matches(5.0 + 6e-5, 5.0)  # 1.2e-5 relative
-    assert not reported_norm_matches(1e3, 0.8)
-    assert reported_norm_matches(0.0, 5e-10) and not reported_norm_matches(0.0, 2e-9)

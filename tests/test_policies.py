@@ -51,16 +51,13 @@ def inputs(**changes: Any) -> RoundInputs:
     return RoundInputs(**fields)
 
 
-def test_non_candidate_rows_are_not_checked_and_nan_sigma_means_not_computed() -> None:
+def test_non_candidate_rows_are_not_checked_nan_sigma_is_not_computed_and_decision_terms() -> None:
     ok = inputs(sigma_v=np.array([np.nan, np.nan, -5.0]))
     assert math.isnan(ok.global_sigma())
     # eq. (global_est_sigma) by hand: α = [1, 3] / 4, σ̂² = 0.25 · 1² + 0.75 · 3² = 7
     assert inputs().global_sigma() == pytest.approx(math.sqrt(7.0))
     assert estimate_global_sigma([1.0, 3.0], [1.0, 3.0]) == pytest.approx(math.sqrt(7.0))
     assert estimate_global_sigma([2.5, 2.5, 2.5], [1.0, 7.0, 0.0]) == pytest.approx(2.5)
-
-
-def test_decision_terms_by_hand() -> None:
     decision = decision_from_mask(inputs(), np.array([True, True, False]))
     # p̄ = (0.625, 0.375): |0.125| + |0.125| = 0.25; σ̂ / sqrt(b |S|) = sqrt(7) / sqrt(8).
     assert decision.wemd == pytest.approx(0.25)
@@ -207,7 +204,7 @@ def test_bad_values_are_refused_naming_the_argument_and_the_value(validate, args
         validate(*args)
 
 
-# --- device gradients --------------------------------------------------------------------------
+# --- device gradients and eq. (G_est) -----------------------------------------------------------
 
 
 def test_device_gradient_estimates_hand_value_and_float32_kept():
@@ -216,9 +213,6 @@ def test_device_gradient_estimates_hand_value_and_float32_kept():
     np.testing.assert_allclose(g, [[1.0, -2.0]])
     u = np.ones((3, 5), dtype=np.float32)
     assert device_gradient_estimates(u, 0.5, 1).dtype == np.float32
-
-
-# --- eq. (G_est) --------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

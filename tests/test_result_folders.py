@@ -227,7 +227,7 @@ def test_killed_between_final_checkpoint_and_model_is_finished_by_resume(capsys,
     assert status is not None and status.state == "completed" and rounds(copy) == [1, 2]
 
 
-def test_a_default_folder_is_named_by_what_tells_the_run_apart() -> None:
+def test_a_folder_is_named_by_what_tells_the_run_apart_and_a_policy_label_by_its_name():
     from fedcgd_task.settings import default_run_config
     from server_app.config import run_folder_name
 
@@ -247,13 +247,8 @@ def test_a_default_folder_is_named_by_what_tells_the_run_apart() -> None:
     whole = "fedcgd-fscd_policy-params=_" + "a" * 300 + "_=_1"
     digest = hashlib.sha256(whole.encode()).hexdigest()[:8]
     assert run_folder_name(long) == f"{whole[:91]}-{digest}"
-
-
-def test_a_policy_given_by_its_label_is_recorded_by_its_name(tmp_path):
-    """``flwr run`` straight (the ServerApp's parse) and the commands (their checked config):
-    ``Fed-CBS`` and ``BC (best channel)`` run as ``fedcbs`` and ``bc``, in folders named so."""
-    from fedcgd_task.settings import default_run_config
-
+    # a policy given by its label, through ``flwr run`` straight (the ServerApp's parse) and the
+    # commands (their checked config): Fed-CBS, BC (best channel) run as fedcbs, bc, so named
     bare = parse_run_config({**default_run_config(), "policy": "Fed-CBS"})
     assert bare.policy == "fedcbs" and Path(bare.result_dir).name.startswith("fedcbs-")
     checked = validated_run_config({"policy": "BC (best channel)"})

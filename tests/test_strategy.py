@@ -136,18 +136,6 @@ def test_post_training_policies_train_everyone_and_upload_the_scheduled():
     assert_fedavg(new, [4, 5])
 
 
-def test_device_that_times_out_after_discovery_is_excluded():
-    draw = make_draw([True] * V, [0.0] * V)
-    strategy, grid = build("all", draw)
-    run_round(strategy, grid, 1)
-    assert strategy.last_record.scheduled == list(range(V))
-    grid.silent = {NODES[2]}  # answers nothing from now on: a timeout
-    _, new = run_round(strategy, grid, 2)
-    assert 2 in strategy.last_record.failed
-    assert strategy.last_record.uploaded == [0, 1, 3, 4, 5]
-    assert_fedavg(new, [0, 1, 3, 4, 5])
-
-
 def test_exact_time_limit_reaches_the_solver(monkeypatch):
     import fedcgd_strategy.policies.registry as policies
 
@@ -239,7 +227,7 @@ def test_best_channel_packs_by_gain_not_by_id(gain, min_bw, total_bw, expected):
 # --- discovery: joins, leaves, duplicate claims ------------------------------------------------
 
 
-def test_node_that_joins_later_is_discovered_and_scheduled():
+def test_node_that_joins_later_is_scheduled_and_one_timing_out_after_discovery_is_excluded():
     draw = make_draw([True] * V, [0.0] * V)
     strategy, grid = build("all", draw)
     late = grid.handlers.pop(NODES[5])
@@ -248,6 +236,11 @@ def test_node_that_joins_later_is_discovered_and_scheduled():
     grid.handlers[NODES[5]] = late
     run_round(strategy, grid, 2)
     assert strategy.last_record.scheduled == list(range(V))
+    grid.silent = {NODES[2]}  # answers nothing from now on: a timeout
+    _, new = run_round(strategy, grid, 3)
+    assert 2 in strategy.last_record.failed
+    assert strategy.last_record.uploaded == [0, 1, 3, 4, 5]
+    assert_fedavg(new, [0, 1, 3, 4, 5])
 
 
 def test_node_that_leaves_is_forgotten_and_a_duplicate_claimant_takes_over():
