@@ -455,7 +455,16 @@ def test_readme_attack_sweep_command_runs(tmp_path):
     assert all(int(r["attacker_rounds"]) == 0 for r in runs if r["attackers"] == "0")
 
 
-def test_compare_policies_sweeps_aggregators(tmp_path):
+def test_compare_policies_sweeps_aggregators_and_refuses_a_bad_one_before_any_run(tmp_path, capsys):
+    out = tmp_path / "refused"
+    args = ["--aggregators", "default,Bulyan", "--engine", "inprocess", "--out", str(out)]
+    code = invoke(
+        ["compare", *args, "--run-config", "num-devices=6 aggregator-params.num-malicious-nodes=1"]
+    )
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: run-config key") and "\n" not in err
+    assert not out.exists()
     out = tmp_path / "compare"
     args = "--aggregators default,FedTrimmedAvg --policies fedcgd-fscd,all --engine inprocess"
     settings = ["--run-config", "num-server-rounds=2 num-devices=6"]
@@ -469,18 +478,6 @@ def test_compare_policies_sweeps_aggregators(tmp_path):
         for policy in ("fedcgd-fscd", "all"):
             config = json.loads((out / folder / policy / "seed-0" / "config.json").read_text())
             assert config["aggregator"] == recorded
-
-
-def test_compare_policies_refuses_a_bad_aggregator_before_any_run(tmp_path, capsys):
-    out = tmp_path / "compare"
-    args = ["--aggregators", "default,Bulyan", "--engine", "inprocess", "--out", str(out)]
-    code = invoke(
-        ["compare", *args, "--run-config", "num-devices=6 aggregator-params.num-malicious-nodes=1"]
-    )
-    assert code == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: run-config key") and "\n" not in err
-    assert not out.exists()
 
 
 def test_a_run_recorded_before_the_aggregator_setting_compares_as_the_default() -> None:

@@ -195,8 +195,12 @@ def test_a_run_on_the_recorded_cell_equals_the_simulated_run(outside, policy):
     assert recorded["channel_trace"] == str(trace_path)
 
 
-def test_a_resumed_trace_run_continues_at_the_checkpoint_round(outside):
+def test_a_resumed_trace_run_continues_at_the_checkpoint_round_if_the_trace_covers_it(
+    capsys, outside
+):
+    from experiments.cli import invoke
     from experiments.run.inprocess import run_inprocess
+    from experiments.run.run_config import format_run_config
 
     # Rounds 1-2: only devices 0-2 are available; rounds 3-4: only devices 3-5. A resumed run
     # that replayed from the first row again would schedule devices 0-2 in round 3.
@@ -214,6 +218,10 @@ def test_a_resumed_trace_run_continues_at_the_checkpoint_round(outside):
     part = outside / "part"
     run_inprocess(run_settings(part, **settings, **{"num-server-rounds": 2}))
     assert [line["round"] for line in lines(part)] == [1, 2]
+    more = {**settings, "num-devices": 6, "num-server-rounds": 5, "resume-from": str(part)}
+    assert invoke(["inprocess", "--run-config", format_run_config(more)]) == 2  # 4 rows
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "'channel.trace'" in line and "must be >= num-server-rounds = 5" in line
     run_inprocess(
         run_settings(part, **settings, **{"num-server-rounds": 4, "resume-from": str(part)})
     )
@@ -305,22 +313,6 @@ def test_a_bad_trace_is_refused_in_one_line_before_the_start(capsys, outside, ki
     assert line.startswith("error: run-config key 'channel.trace' = "), line
     assert repr(value) in line or f"'{value}'" in line, line
     assert phrase in line, line
-
-
-def test_a_resumed_run_needs_a_trace_that_covers_its_new_rounds(capsys, outside):
-    from experiments.cli import invoke
-    from experiments.run.inprocess import run_inprocess
-    from experiments.run.run_config import format_run_config
-
-    trace = good_trace(outside / "three.npz", rounds=3)
-    first = outside / "first"
-    settings = {"channel.model": "trace", "channel.trace": str(trace), "checkpoint-every": 1}
-    settings["num-server-rounds"] = 2
-    run_inprocess(run_settings(first, **settings))
-    more = {**settings, "num-devices": 6, "num-server-rounds": 4, "resume-from": str(first)}
-    assert invoke(["inprocess", "--run-config", format_run_config(more)]) == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert "'channel.trace'" in line and "must be >= num-server-rounds = 4" in line
 
 
 # --- through the launcher (flwr run) -------------------------------------------------------

@@ -82,7 +82,7 @@ def test_one_pass_and_vmap_match_per_sample_loop(
         assert gradient_spread_vmap(model, x, y) == pytest.approx(expected.sigma, rel=REL64)
 
 
-def test_hand_checkable_linear() -> None:
+def test_hand_checkable_linear_and_two_samples() -> None:
     # Logits z = W a + c with W = 0, c = 0: softmax p = (1/2, 1/2), so the per-sample gradients
     # are dl/dW = (p - e_y) a^T and dl/dc = p - e_y. Samples a1 = (1, 0), y1 = 0 and
     # a2 = (0, 1), y2 = 1 give g1 = ([[-1/2, 0], [1/2, 0]], (-1/2, 1/2)) and
@@ -101,6 +101,13 @@ def test_hand_checkable_linear() -> None:
     assert float(norms.group_sq_norms[0]) == pytest.approx(4 * 0.25)
     assert gradient_spread(model, x, y) == pytest.approx(math.sqrt(3) / 2, rel=1e-6)
     assert spread_from_norms(1.0, 1.0 + 1e-12, 1) == 0.0  # rounding below zero is clamped
+    # For b = 2 the deviations are +-(g1 - g2) / 2, so sigma = ||g1 - g2|| / 2.
+    model = build_model("cnn", 10, (3, 16, 16), seed=4).double()
+    x, y = batch(2, (3, 16, 16), 10)
+    grads = per_sample_grads(model, x, y)
+    expected = float(torch.linalg.vector_norm(grads[0] - grads[1])) / 2
+    tol = sigma_rel_tol(float(grads.square().sum(dim=1).mean()), expected**2)
+    assert gradient_spread(model, x, y) == pytest.approx(expected, rel=tol)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
@@ -120,16 +127,6 @@ def test_identical_samples_have_zero_spread(
     assert grad_norm > 0.1
     bound = 10 * math.sqrt(torch.finfo(dtype).eps) * grad_norm
     assert gradient_spread(model, x, y) <= bound
-
-
-def test_two_samples_hand_formula() -> None:
-    # For b = 2 the deviations are +-(g1 - g2) / 2, so sigma = ||g1 - g2|| / 2.
-    model = build_model("cnn", 10, (3, 16, 16), seed=4).double()
-    x, y = batch(2, (3, 16, 16), 10)
-    grads = per_sample_grads(model, x, y)
-    expected = float(torch.linalg.vector_norm(grads[0] - grads[1])) / 2
-    tol = sigma_rel_tol(float(grads.square().sum(dim=1).mean()), expected**2)
-    assert gradient_spread(model, x, y) == pytest.approx(expected, rel=tol)
 
 
 @pytest.fixture(scope="module")

@@ -56,16 +56,11 @@ def replies(
     )
     shape = (1, 40) if run_config.get("dataset") == "mnist1d" else (1, 8, 8)
     weights = build_model(model, 10, shape, seed=3).state_dict()
-    record = ArrayRecord(weights)
     config = ConfigRecord(
         {keys.SERVER_ROUND: 4, "local-steps": tau, "learning-rate": 0.05,
          "batch-size": int(run_config.get("batch-size", 32)), keys.WANT_SIGMA: True}
     )  # fmt: skip
-    messages = [
-        grid.create_message(RecordDict({keys.ARRAYS: record, keys.CONFIG: config}), kind, node, "4")
-        for node in nodes
-    ]
-    return list(grid.send_and_receive(messages))
+    return send(grid, ArrayRecord(weights), kind, nodes, config)
 
 
 def close(a: float, b: float) -> bool:
@@ -86,10 +81,14 @@ ROUND_2 = ConfigRecord(
 )
 
 
-def send(grid: FakeGrid, record: ArrayRecord, kind: str, nodes: list[int]) -> list[Message]:
-    """Every node's reply to one message of ``kind`` carrying ``record`` and :data:`ROUND_2`."""
-    content = RecordDict({keys.ARRAYS: record, keys.CONFIG: ROUND_2})
-    return list(grid.send_and_receive([grid.create_message(content, kind, n, "2") for n in nodes]))
+def send(
+    grid: FakeGrid, record: ArrayRecord, kind: str, nodes: list[int], config: ConfigRecord = ROUND_2
+) -> list[Message]:
+    """Every node's reply to one message of ``kind`` carrying ``record`` and ``config``."""
+    content = RecordDict({keys.ARRAYS: record, keys.CONFIG: config})
+    group = str(config[keys.SERVER_ROUND])
+    messages = [grid.create_message(content, kind, n, group) for n in nodes]
+    return list(grid.send_and_receive(messages))
 
 
 @pytest.mark.parametrize(
@@ -367,20 +366,6 @@ def bn_model() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 8), torch.nn.BatchNorm1d(8))
 
 
-@pytest.mark.parametrize(
-    ("build", "shape"),
-    [
-        # mlp, cnn1d: test_every_reply_field...; models that mix: the tests above
-        (lambda: build_model("resnet18gn", 10, (3, 16, 16)), (3, 16, 16)),  # GroupNorm
-        (bn_model, (1, 8, 8)),  # BatchNorm in eval mode: its running statistics
-    ],
-    ids=["resnet18gn", "batchnorm"],
-)
-def test_models_that_compute_each_sample_apart_pass_the_check(build, shape: tuple) -> None:
-    x = torch.randn(8, *shape, generator=torch.Generator().manual_seed(1))
-    assert cohort.sample_mixing(build(), x, group_size=4) is None
-
-
 class CountingForward(torch.nn.Module):
     """A Linear model that counts its forward calls (copies share the count)."""
 
@@ -395,7 +380,7 @@ class CountingForward(torch.nn.Module):
         return self.linear(x)
 
 
-def test_the_check_of_mixed_samples_is_made_once_per_model_structure() -> None:
+def test_the_check_of_mixed_samples_is_made_once_per_structure_and_passes_models_apart():
     torch.manual_seed(0)
     x = torch.randn(6, 4)
     model = CountingForward()
@@ -409,3 +394,9 @@ def test_the_check_of_mixed_samples_is_made_once_per_model_structure() -> None:
     assert cohort.sample_mixing(other, x, group_size=3) is None  # nothing kept: checked again
     assert CountingForward.calls == 10
     assert all(p.dtype == torch.float32 for p in model.parameters())  # the copy was float64
+    # models that compute each sample apart pass (mlp, cnn1d: test_every_reply_field...; models
+    # that mix: the tests above): GroupNorm; BatchNorm in eval mode (its running statistics)
+    for model, shape in ((build_model("resnet18gn", 10, (3, 16, 16)), (3, 16, 16)),
+                         (bn_model(), (1, 8, 8))):  # fmt: skip
+        x = torch.randn(8, *shape, generator=torch.Generator().manual_seed(1))
+        assert cohort.sample_mixing(model, x, group_size=4) is None

@@ -237,16 +237,6 @@ def test_plot_runs_labels_each_run_by_the_settings_that_differ(
     assert not all(t == int(t) for t in _visible_ticks(wemd.yaxis))  # not a count: untouched
 
 
-def test_runs_sharing_a_folder_name_are_labelled_by_the_parts_that_differ() -> None:
-    dirs = [Path("/r/a/seed-0"), Path("/r/b/seed-0"), Path("/r/a/seed-0")]
-    assert run_labels(dirs, ["poc"] * 3) == [
-        "POC (power of choice) · seed-0 #1",
-        "POC (power of choice) · b/seed-0",
-        "POC (power of choice) · seed-0 #2",
-    ]
-    assert run_labels(dirs[:2], ["poc", "bc"]) == ["POC (power of choice)", "BC (best channel)"]
-
-
 def test_a_count_that_stays_at_zero_never_gets_ticks_below_zero() -> None:
     fig, ax = plt.subplots()
     ax.plot([1, 2, 3], [0, 0, 0])
@@ -256,7 +246,7 @@ def test_a_count_that_stays_at_zero_never_gets_ticks_below_zero() -> None:
     plt.close(fig)
 
 
-def test_the_title_names_the_data_set_and_the_settings_of_the_runs() -> None:
+def test_the_title_names_the_data_set_and_settings_and_labels_name_the_parts_that_differ():
     def config(seed: int, alpha: float = 0.1, tau: int = 1) -> dict[str, Any]:
         task = {"dataset": "mnist1d", "partition": "dirichlet", "dirichlet_alpha": alpha}
         task |= {"imbalance_ratio": 1.0, "num_devices": 64, "seed": seed}
@@ -290,6 +280,14 @@ def test_the_title_names_the_data_set_and_the_settings_of_the_runs() -> None:
     odd["task"] |= {"partition": "shards", "shards_per_device": [1, 2], "imbalance_ratio": {}}
     title = settings_title([odd])
     assert title == "MNIST-1D · ? shards per device, r = ? · τ = 1 · V = 64 · seed 0"
+    # runs sharing a folder name are labelled by the parts that differ
+    dirs = [Path("/r/a/seed-0"), Path("/r/b/seed-0"), Path("/r/a/seed-0")]
+    assert run_labels(dirs, ["poc"] * 3) == [
+        "POC (power of choice) · seed-0 #1",
+        "POC (power of choice) · b/seed-0",
+        "POC (power of choice) · seed-0 #2",
+    ]
+    assert run_labels(dirs[:2], ["poc", "bc"]) == ["POC (power of choice)", "BC (best channel)"]
 
 
 @pytest.mark.parametrize(

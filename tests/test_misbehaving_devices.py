@@ -16,7 +16,7 @@ from misbehaving import FAULTS, misbehaving, silent_like
 from run_results import lines
 from task_settings import all_available_run
 
-from fedcgd_strategy.aggregation import fedavg
+from fedcgd_strategy.aggregation import array_problem, fedavg, non_finite_arrays
 from fedcgd_strategy.flower.discovery import discover_nodes
 from fedcgd_strategy.flower.replies import (
     reported_norm_matches,
@@ -201,24 +201,18 @@ def test_round_histogram_rule_by_hand():
     assert "12 .. 12" in round_histogram_problem([6, 6], [6, 0], 12)
 
 
-def test_an_upload_of_another_dtype_is_named_and_fedavg_keeps_the_models_dtype():
-    from fedcgd_strategy.aggregation import array_problem
-
+def test_an_upload_of_another_dtype_is_named_and_a_non_finite_aggregate_keeps_the_model():
     ref = np.zeros(2, np.float32)
     said = array_problem(np.ones(2, np.complex64), ref)
     assert said == "has dtype complex64; the model's is float32"
     assert array_problem(np.array(["a", "b"]), ref) == "has dtype <U1; the model's is float32"
     assert array_problem([1.0, 2.0], ref) == "is list, not a numeric array"
     out = fedavg([{"w": np.array([1, 3], np.int32)}, {"w": np.ones(2)}], [1, 1], {"w": ref})
-    assert out["w"].dtype == np.float32 and out["w"].tolist() == [1.0, 2.0]
-
-
-def test_a_non_finite_aggregate_keeps_the_model_and_says_why():
+    assert out["w"].dtype == np.float32 and out["w"].tolist() == [1.0, 2.0]  # the model's dtype
     # Replies cannot carry inf past the checks, so the last line of defence is tested directly:
     # two finite float64 uploads whose average does not fit float32 (the global model's dtype).
     from scripted_strategy import build
 
-    from fedcgd_strategy.aggregation import non_finite_arrays
     from fedcgd_strategy.flower.replies import DeviceReport
     from fedcgd_strategy.flower.strategy import RoundInProgress
     from fedcgd_task.settings import TrainingSettings

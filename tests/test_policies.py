@@ -238,14 +238,6 @@ def test_class_gradient_two_devices_hand_value(p2, expected):
     assert estimate_class_gradient(grads, [1.0, 1.0], np.full((2, 2), 0.5), UNIFORM2, 0.7) == 0.7
 
 
-def test_both_estimates_keep_the_previous_without_uploads():
-    empty = np.zeros((0, 10))
-    assert estimate_class_gradient(empty, [], np.zeros((0, 2)), UNIFORM2, previous=1.25) == 1.25
-    prev = np.array([0.5, 0.25])
-    out = estimate_per_class_gradient(np.zeros((0, 7)), [], np.zeros((0, 2)), UNIFORM2, prev)
-    np.testing.assert_array_equal(out, prev)
-
-
 def test_class_gradient_matches_slow_reference_on_random_input():
     rng = np.random.default_rng(3)
     k, p_len, c = 6, 40, 4
@@ -271,7 +263,7 @@ def test_class_gradient_matches_slow_reference_on_random_input():
 # --- eq. (Gc_est) -------------------------------------------------------------------------------
 
 
-def test_per_class_gradient_hand_values_dominant_class_and_exclusion():
+def test_per_class_gradient_hand_values_dominant_class_exclusion_and_no_uploads():
     # P = 1: g = [3, 0, 0], equal weights -> ∇F̂ = 1; divergences |3−1| = 2, 1, 1.
     # p = [1/3]*3.  p1 = [1,0,0] (class 0): L1 = 2/3 + 1/3 + 1/3 = 4/3 -> ratio 2/(4/3) = 1.5
     #               p2 = [0,1,0] (class 1): L1 = 4/3 -> ratio 1/(4/3) = 0.75
@@ -293,3 +285,9 @@ def test_per_class_gradient_hand_values_dominant_class_and_exclusion():
     grads = np.array([[4.0, 0.0], [0.0, 0.0]])
     out = estimate_per_class_gradient(grads, [1.0, 3.0], dist, target, [1.0, 2.0, 3.0])
     np.testing.assert_allclose(out, [1.0, 2.0, 7.5])
+    # both estimates keep the previous without uploads
+    empty = np.zeros((0, 10))
+    assert estimate_class_gradient(empty, [], np.zeros((0, 2)), UNIFORM2, previous=1.25) == 1.25
+    prev = np.array([0.5, 0.25])
+    out = estimate_per_class_gradient(np.zeros((0, 7)), [], np.zeros((0, 2)), UNIFORM2, prev)
+    np.testing.assert_array_equal(out, prev)

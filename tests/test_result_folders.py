@@ -153,7 +153,7 @@ def failing_client(message, context):
     raise RuntimeError("this device cannot train")
 
 
-def test_a_run_where_every_device_fails_exits_1(capsys, monkeypatch, tmp_path):
+def test_a_run_where_every_device_fails_or_is_silent_exits_1(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr("client_app.app.make_app", lambda cohorts=None: failing_client)
     folder = tmp_path / "run"
     code, _, err = main_code(capsys, **overrides(folder))
@@ -163,12 +163,10 @@ def test_a_run_where_every_device_fails_exits_1(capsys, monkeypatch, tmp_path):
     assert err[-1] == f"nothing to continue: all 2 rounds ran; results in {folder}"
     status = read_status(folder)
     assert status is not None and status.state == "failed" and status.last_round == 2
-
-
-def test_a_run_where_every_node_is_silent_is_a_failure(tmp_path):
     from server_app.run_folder.run_status import run_outcome  # new API: imported here
 
-    folder = tmp_path / "run"
+    monkeypatch.undo()  # every node silent
+    folder = tmp_path / "silent"
     config = run_config(folder)
     nodes = [11 + v for v in range(8)]
     grid = app_grid(make_contexts(nodes, config, 8), silent=nodes)
