@@ -144,9 +144,6 @@ def test_bad_arrays_are_refused_and_nothing_is_written(tmp_path, available, gain
     assert list(tmp_path.iterdir()) == []
 
 
-# --- runs of the app -----------------------------------------------------------------------
-
-
 def run_settings(result_dir: Path, **changes: Any) -> dict[str, Any]:
     from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 
@@ -313,9 +310,6 @@ def test_a_bad_trace_is_refused_in_one_line_before_the_start(capsys, outside, ki
     assert line.startswith("error: run-config key 'channel.trace' = "), line
     assert repr(value) in line or f"'{value}'" in line, line
     assert phrase in line, line
-
-
-# --- through the launcher (flwr run) -------------------------------------------------------
 
 
 @pytest.mark.slow

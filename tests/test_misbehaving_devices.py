@@ -134,9 +134,6 @@ def test_a_node_that_claims_another_partition_cannot_take_it_over():
     assert naive.node(victim) == NODES[FAULTY]
 
 
-# --- the pure rules, by hand --------------------------------------------------------------
-
-
 def test_update_norm_outliers_by_hand():
     norms = [1.0, 2.0, 3.0, 100.0]
     # Medians of the others: [3, 3, 2, 2]; k = 10 -> only 100 > 20 is refused.

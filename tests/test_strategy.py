@@ -157,8 +157,6 @@ def test_exact_time_limit_reaches_the_solver(monkeypatch):
     assert strategy.last_record.num_scheduled >= 1
 
 
-# --- every policy: budget, candidates, recorded terms ------------------------------------------
-
 BUDGET_DRAW = ([True, True, True, True, False, True], [3.0, 3.0, 2.0, 2.0, 1.0, 4.0])
 
 
@@ -224,9 +222,6 @@ def test_best_channel_packs_by_gain_not_by_id(gain, min_bw, total_bw, expected):
     assert strategy.last_record is not None and strategy.last_record.scheduled == expected
 
 
-# --- discovery: joins, leaves, duplicate claims ------------------------------------------------
-
-
 def test_node_that_joins_later_is_scheduled_and_one_timing_out_after_discovery_is_excluded():
     draw = make_draw([True] * V, [0.0] * V)
     strategy, grid = build("all", draw)
@@ -260,9 +255,6 @@ def test_node_that_leaves_is_forgotten_and_a_duplicate_claimant_takes_over():
     assert strategy.registry.node(3) == twin
     assert twin in {m.metadata.dst_node_id for m in msgs}
     assert strategy.last_record.uploaded == list(range(V))
-
-
-# --- no work a rule does not need ----------------------------------------------------------
 
 
 def sent_config(grid, kind):
