@@ -161,7 +161,7 @@ def assert_equal_models(model: dict[str, torch.Tensor], expected: dict[str, np.n
         np.testing.assert_array_equal(value.numpy(), expected[key], err_msg=key)
 
 
-def test_the_default_is_the_schedulers_fedavg_of_the_uploads_bit_for_bit(tmp_path):
+def test_the_default_is_the_schedulers_fedavg_bit_for_bit_and_older_runs_compare_as_it(tmp_path):
     """FedCGD-FSCD on the default channel: only the scheduled uploads, weighted by |D_v|."""
     recorder = Recorder()
     overrides = {"policy": "fedcgd-fscd", "channel.availability-prob": 0.6}
@@ -174,6 +174,14 @@ def test_the_default_is_the_schedulers_fedavg_of_the_uploads_bit_for_bit(tmp_pat
     states = [{k: v.numpy() for k, v in m.content[keys.ARRAYS].items()} for m in uploads]
     weights = [int(m.content[keys.METRICS][keys.NUM_EXAMPLES]) for m in uploads]
     assert_equal_models(model, fedavg(states, weights, initial_model(tmp_path)))
+    # a run recorded before the aggregator setting compares as the default
+    from server_app.run_folder.run_status import settings_differences
+
+    recorded = {"policy": "bc", "seed": 0, "task": {"dataset": "digits"}}  # no "aggregator"
+    asked = {**recorded, "aggregator": ""}
+    assert settings_differences(recorded, asked) == []
+    assert settings_differences(recorded, {**recorded, "aggregator": "FedMedian"}) == ["aggregator"]
+    assert settings_differences({**recorded, "aggregator": "Krum"}, asked) == ["aggregator"]
 
 
 def refused(tmp_path: Path, **overrides: Any) -> str:
@@ -478,13 +486,3 @@ def test_compare_policies_sweeps_aggregators_and_refuses_a_bad_one_before_any_ru
         for policy in ("fedcgd-fscd", "all"):
             config = json.loads((out / folder / policy / "seed-0" / "config.json").read_text())
             assert config["aggregator"] == recorded
-
-
-def test_a_run_recorded_before_the_aggregator_setting_compares_as_the_default() -> None:
-    from server_app.run_folder.run_status import settings_differences
-
-    recorded = {"policy": "bc", "seed": 0, "task": {"dataset": "digits"}}  # no "aggregator"
-    asked = {**recorded, "aggregator": ""}
-    assert settings_differences(recorded, asked) == []
-    assert settings_differences(recorded, {**recorded, "aggregator": "FedMedian"}) == ["aggregator"]
-    assert settings_differences({**recorded, "aggregator": "Krum"}, asked) == ["aggregator"]

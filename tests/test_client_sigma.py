@@ -82,7 +82,7 @@ def test_one_pass_and_vmap_match_per_sample_loop(
         assert gradient_spread_vmap(model, x, y) == pytest.approx(expected.sigma, rel=REL64)
 
 
-def test_hand_checkable_linear_and_two_samples() -> None:
+def test_hand_checkable_linear_two_samples_and_cohort_devices_differ_as_their_batches_do():
     # Logits z = W a + c with W = 0, c = 0: softmax p = (1/2, 1/2), so the per-sample gradients
     # are dl/dW = (p - e_y) a^T and dl/dc = p - e_y. Samples a1 = (1, 0), y1 = 0 and
     # a2 = (0, 1), y2 = 1 give g1 = ([[-1/2, 0], [1/2, 0]], (-1/2, 1/2)) and
@@ -108,6 +108,22 @@ def test_hand_checkable_linear_and_two_samples() -> None:
     expected = float(torch.linalg.vector_norm(grads[0] - grads[1])) / 2
     tol = sigma_rel_tol(float(grads.square().sum(dim=1).mean()), expected**2)
     assert gradient_spread(model, x, y) == pytest.approx(expected, rel=tol)
+    # Device 1 holds device 0's first two samples twice each; device 2 one sample b times,
+    # whose spread is 0 (up to the rounding of the expanded square).
+    torch.manual_seed(6)
+    model = build_model("mlp", 10, (1, 8, 8)).double()
+    x0 = torch.randn(4, 1, 8, 8, dtype=torch.float64)
+    y0 = torch.randint(0, 10, (4,))
+    x = torch.cat([x0, x0[[0, 0, 1, 1]], x0[[0]].repeat(4, 1, 1, 1)])
+    y = torch.cat([y0, y0[[0, 0, 1, 1]], y0[[0]].repeat(4)])
+    spreads = gradient_spreads(model, x, y, group_size=4)
+    alone = [gradient_spread(model, x[i : i + 4], y[i : i + 4]) for i in (0, 4, 8)]
+    for v in (0, 1):
+        rows = slice(4 * v, 4 * v + 4)
+        tol = reference_sigma(model, x[rows], y[rows]).rel_tol
+        assert spreads[v] == pytest.approx(alone[v], rel=tol)
+    # sigma-hat of identical samples is resolved to ~sqrt(eps) = 1.5e-8 of the gradient norm.
+    assert spreads[2] < 1e-6 * spreads[0] and alone[2] < 1e-6 * alone[0]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
@@ -305,22 +321,3 @@ def test_whole_model_group_norms_match_autograd_and_cohort_spreads_each_device_a
         assert spread == pytest.approx(alone, rel=reference.rel_tol)
         assert spread == pytest.approx(reference.sigma, rel=reference.rel_tol)
     assert model.training  # the mode is restored
-
-
-def test_cohort_devices_differ_as_their_batches_do() -> None:
-    # Device 1 holds device 0's first two samples twice each; device 2 one sample b times,
-    # whose spread is 0 (up to the rounding of the expanded square).
-    torch.manual_seed(6)
-    model = build_model("mlp", 10, (1, 8, 8)).double()
-    x0 = torch.randn(4, 1, 8, 8, dtype=torch.float64)
-    y0 = torch.randint(0, 10, (4,))
-    x = torch.cat([x0, x0[[0, 0, 1, 1]], x0[[0]].repeat(4, 1, 1, 1)])
-    y = torch.cat([y0, y0[[0, 0, 1, 1]], y0[[0]].repeat(4)])
-    spreads = gradient_spreads(model, x, y, group_size=4)
-    alone = [gradient_spread(model, x[i : i + 4], y[i : i + 4]) for i in (0, 4, 8)]
-    for v in (0, 1):
-        rows = slice(4 * v, 4 * v + 4)
-        tol = reference_sigma(model, x[rows], y[rows]).rel_tol
-        assert spreads[v] == pytest.approx(alone[v], rel=tol)
-    # sigma-hat of identical samples is resolved to ~sqrt(eps) = 1.5e-8 of the gradient norm.
-    assert spreads[2] < 1e-6 * spreads[0] and alone[2] < 1e-6 * alone[0]

@@ -21,6 +21,7 @@ from layer_cases import REL64
 from misbehaving import misbehaving
 from run_results import lines
 from run_results import whole_run as run_to
+from test_aggregators import dp
 
 from client_app import cohort, device_round
 from client_app.app import make_app
@@ -45,10 +46,8 @@ REL = 100 * REL64
 def replies(
     run_config: dict, kind: str, *, cohorts: Cohorts | None, model: str, tau: int
 ) -> list[Message]:
-    """Every node's reply to one message of ``kind`` carrying the same model.
-
-    ``cohorts``: the engine's (the grid opens them, its ClientApp reads them); None: alone.
-    """
+    """Every node's reply to one message of ``kind`` carrying the same model; ``cohorts``: the
+    engine's (the grid opens them, its ClientApp reads them), None: each device alone."""
     v = int(run_config["num-devices"])
     nodes = [100 + v_ for v_ in range(v)]
     grid = FakeGrid(
@@ -142,15 +141,8 @@ def whole_run(tmp_path: Path, name: str, *, cohorts: bool, **overrides) -> tuple
         ("fedcbs", {}, 1),
         ("fedcgd-fscd", {"aggregator": "FedMedian"}, 1),  # a Flower aggregator over cohorts
         ("all", {"aggregator": "FedAdam"}, 2),
-        (  # Flower's DP wrapper: clipping, and noise seeded from (seed, round)
-            "all",
-            {
-                "aggregator": "DifferentialPrivacyServerSideFixedClipping",
-                "aggregator-params.noise-multiplier": 0.3,
-                "aggregator-params.clipping-norm": 0.1,
-            },
-            2,
-        ),
+        # Flower's DP wrapper: clipping, and noise seeded from (seed, round)
+        ("all", dp({"noise-multiplier": 0.3, "clipping-norm": 0.1}), 2),
         ("fedcgd-gs", {**MNIST1D, "model": CNN1D, "channel.deadline-s": 0.004}, 1),
         ("fedcgd-fscd", {**MNIST1D, "model": CNN1D, "channel.deadline-s": 0.004}, 5),
         ("fedcgd-fscd", {"model": CENTRED}, 10),  # mixes the batch: sigma-hat per device
@@ -208,22 +200,6 @@ def test_a_poisoned_device_is_refused_alike(tmp_path: Path) -> None:
     assert all(torch.isfinite(t).all() for t in model_together.values())
     for name in model_alone:
         torch.testing.assert_close(model_together[name], model_alone[name], rtol=REL, atol=0.0)
-
-
-def test_dropout_and_batch_normalisation_train_per_device(caplog) -> None:
-    model = build_model("cnn", 10, (3, 32, 32))
-    assert device_round.training_blockers(model) == [
-        "dropout masks come from each device's own seeded stream"
-    ]
-    assert device_round.training_blockers(build_model("cnn1d", 10, (1, 40))) == []
-    assert "batch normalisation" in device_round.training_blockers(bn_model())[0]
-    engine = Cohorts()
-    with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
-        engine._log_once("cnn", "train", "dropout")
-        engine._log_once("cnn", "train", "dropout")
-    (record,) = caplog.records  # once per model and kind
-    assert "training of model 'cnn'" in record.message, record.message
-    assert "one device at a time" in record.message, record.message
 
 
 def test_chunks_and_threads_give_the_same_results(tmp_path: Path, monkeypatch) -> None:
@@ -380,7 +356,7 @@ class CountingForward(torch.nn.Module):
         return self.linear(x)
 
 
-def test_the_check_of_mixed_samples_is_made_once_per_structure_and_passes_models_apart():
+def test_mixed_samples_are_checked_once_per_structure_dropout_and_batchnorm_train_alone(caplog):
     torch.manual_seed(0)
     x = torch.randn(6, 4)
     model = CountingForward()
@@ -400,3 +376,17 @@ def test_the_check_of_mixed_samples_is_made_once_per_structure_and_passes_models
                          (bn_model(), (1, 8, 8))):  # fmt: skip
         x = torch.randn(8, *shape, generator=torch.Generator().manual_seed(1))
         assert cohort.sample_mixing(model, x, group_size=4) is None
+    # dropout and batch normalisation train per device
+    model = build_model("cnn", 10, (3, 32, 32))
+    assert device_round.training_blockers(model) == [
+        "dropout masks come from each device's own seeded stream"
+    ]
+    assert device_round.training_blockers(build_model("cnn1d", 10, (1, 40))) == []
+    assert "batch normalisation" in device_round.training_blockers(bn_model())[0]
+    engine = Cohorts()
+    with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
+        engine._log_once("cnn", "train", "dropout")
+        engine._log_once("cnn", "train", "dropout")
+    (record,) = caplog.records  # once per model and kind
+    assert "training of model 'cnn'" in record.message, record.message
+    assert "one device at a time" in record.message, record.message

@@ -154,7 +154,7 @@ def noisy(seed: int, server_round: int = 1) -> dict[str, np.ndarray]:
     return result
 
 
-def test_the_noise_depends_on_the_seed_and_the_round_only():
+def test_the_noise_depends_on_the_seed_and_the_round_only_and_adaptive_noise_is_accepted():
     np.random.seed(1)  # noqa: NPY002
     first = noisy(7)
     np.random.seed(2)  # noqa: NPY002  another global state before the call: the same noise
@@ -167,6 +167,12 @@ def test_the_noise_depends_on_the_seed_and_the_round_only():
         assert all(not np.array_equal(first[k], other[k]) for k in first)
     # and it is noise: std z C / n = 1/3 around the clipped mean (1.2, 0.933, 0.167)
     assert not np.allclose(first["w"], [1.2, 1.0 - 0.2 / 3], atol=1e-3)
+    # adaptive noise within what its clipped count allows is accepted (refused at the default
+    # clipped-count-stddev: test_bad_aggregator_settings_are_refused)
+    flat = {"aggregator-params.noise-multiplier": 1.0}  # V = 8: stddev 0.4, z < 0.8
+    flat["aggregator-params.clipped-count-stddev"] = 1.0
+    config = validated_run_config({"num-devices": V, "aggregator": ADAPTIVE, **flat})
+    assert config["aggregator"] == ADAPTIVE
 
 
 @pytest.mark.parametrize(
@@ -269,14 +275,6 @@ def test_a_private_run_records_its_noise_and_repeats_under_cohorts_and_alone(tmp
     for key in together:
         assert together[key].dtype == torch.float64
         torch.testing.assert_close(alone[key], together[key], rtol=100 * REL64, atol=0.0)
-
-
-def test_adaptive_noise_within_what_its_clipped_count_allows_is_accepted():
-    """Refused at the default clipped-count-stddev: test_bad_aggregator_settings_are_refused."""
-    flat = {"aggregator-params.noise-multiplier": 1.0}  # V = 8: stddev 0.4, z < 0.8
-    flat["aggregator-params.clipped-count-stddev"] = 1.0
-    config = validated_run_config({"num-devices": V, "aggregator": ADAPTIVE, **flat})
-    assert config["aggregator"] == ADAPTIVE
 
 
 def test_readme_dp_measurement_command_runs(tmp_path):

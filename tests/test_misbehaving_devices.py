@@ -134,7 +134,7 @@ def test_a_node_that_claims_another_partition_cannot_take_it_over():
     assert naive.node(victim) == NODES[FAULTY]
 
 
-def test_update_norm_outliers_by_hand():
+def test_update_norm_outliers_and_the_round_histogram_rule_by_hand():
     norms = [1.0, 2.0, 3.0, 100.0]
     # Medians of the others: [3, 3, 2, 2]; k = 10 -> only 100 > 20 is refused.
     assert update_norm_outliers(norms, 10.0).tolist() == [False, False, False, True]
@@ -149,6 +149,20 @@ def test_update_norm_outliers_by_hand():
     assert update_norm_outliers([50.0], 10.0).tolist() == [False]
     # The absolute bound applies whatever k, even 0.
     assert update_norm_outliers([1.0, np.inf, 4e38], 0.0).tolist() == [False, True, True]
+    # Histograms: 5 local samples (3 of class 0, 2 of class 1) read cyclically for tau b = 12:
+    # q, r = 2, 2; class 0 appears 6 .. 6 + min(2, 3) = 8 times, class 1 4 .. 6 times.
+    said = "allowed with the local class counts reported at discovery:"
+    assert round_histogram_problem([5, 7], [3, 2], 12) == f"class 0 has 5 samples; {said} 6 .. 8"
+    assert (
+        round_histogram_problem([6, 3, 3], [3, 2, 1], 12) == f"class 1 has 3 samples; {said} 4 .. 4"
+    )
+    assert round_histogram_problem([7, 5], [3, 2], 12) is None
+    assert "sums to 13" in round_histogram_problem([8, 5], [3, 2], 12)
+    assert "class 0 has 9" in round_histogram_problem([9, 3], [3, 2], 12)
+    # A device without class 1 uses its 6 samples of class 0 exactly twice: 12 .. 12.
+    assert round_histogram_problem([12, 0], [6, 0], 12) is None
+    assert "class 0 has 6 samples" in round_histogram_problem([6, 6], [6, 0], 12)
+    assert "12 .. 12" in round_histogram_problem([6, 6], [6, 0], 12)
 
 
 def test_server_and_client_compute_the_same_update_norm_and_a_reported_one_must_match():
@@ -179,23 +193,6 @@ def test_server_and_client_compute_the_same_update_norm_and_a_reported_one_must_
     assert not reported_norm_matches(5.0 + 6e-5, 5.0)  # 1.2e-5 relative
     assert not reported_norm_matches(1e3, 0.8)
     assert reported_norm_matches(0.0, 5e-10) and not reported_norm_matches(0.0, 2e-9)
-
-
-def test_round_histogram_rule_by_hand():
-    # 5 local samples (3 of class 0, 2 of class 1) read cyclically for tau b = 12 samples:
-    # q, r = 2, 2; class 0 appears 6 .. 6 + min(2, 3) = 8 times, class 1 4 .. 6 times.
-    said = "allowed with the local class counts reported at discovery:"
-    assert round_histogram_problem([5, 7], [3, 2], 12) == f"class 0 has 5 samples; {said} 6 .. 8"
-    assert (
-        round_histogram_problem([6, 3, 3], [3, 2, 1], 12) == f"class 1 has 3 samples; {said} 4 .. 4"
-    )
-    assert round_histogram_problem([7, 5], [3, 2], 12) is None
-    assert "sums to 13" in round_histogram_problem([8, 5], [3, 2], 12)
-    assert "class 0 has 9" in round_histogram_problem([9, 3], [3, 2], 12)
-    # A device without class 1 uses its 6 samples of class 0 exactly twice: 12 .. 12.
-    assert round_histogram_problem([12, 0], [6, 0], 12) is None
-    assert "class 0 has 6 samples" in round_histogram_problem([6, 6], [6, 0], 12)
-    assert "12 .. 12" in round_histogram_problem([6, 6], [6, 0], 12)
 
 
 def test_an_upload_of_another_dtype_is_named_and_a_non_finite_aggregate_keeps_the_model():

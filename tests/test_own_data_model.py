@@ -310,12 +310,10 @@ def test_data_and_model_drawing_from_the_global_generators_give_one_run_per_seed
     assert same_model(tmp_path / "a", tmp_path / "b")
 
 
-# --- the launcher (what `make run RUN_CONFIG=...` runs) ----------------------------------------
-
-
 @pytest.mark.slow
 def test_the_launcher_imports_the_users_modules_in_every_process(user_folder, tmp_path):
-    """``flwr run`` on our SuperLink: the ServerApp and the Ray workers import the modules.
+    """``make run RUN_CONFIG=...`` (``flwr run`` on our SuperLink): the ServerApp and the Ray
+    workers import the modules.
 
     The data set comes from ``PYTHONPATH`` (passed on to the SuperLink, the simulation and Ray's
     workers), the model from a file path.
@@ -341,10 +339,9 @@ def test_the_launcher_imports_the_users_modules_in_every_process(user_folder, tm
 def test_a_deployment_imports_modules_shipped_in_the_app_folder(tmp_path):
     """SuperNode processes, no ``PYTHONPATH``: the modules travel in the app bundle (FAB).
 
-    The app folder holds our ``pyproject.toml``, the two modules and a policy (the
-    proportional-fair example); ``server_app`` and
-    ``client_app`` come from the installed project, the modules only from the bundle that
-    ``flwr run`` ships to the SuperLink and the SuperNodes.
+    The app folder holds our ``pyproject.toml``, the two modules and a policy (the proportional-
+    fair example); ``server_app`` and ``client_app`` come from the installed project, the
+    modules only from the bundle that ``flwr run`` ships to the SuperLink and the SuperNodes.
     """
     from experiments.run.flwr_run import run_flwr
 

@@ -86,7 +86,7 @@ def test_protocol_rule() -> None:
         rule("bc", "push")
 
 
-def test_class_gradient_is_one_array_shape_per_variant() -> None:
+def test_class_gradient_is_one_array_shape_per_variant_and_misspelt_names_get_close_ones():
     context = PolicyContext(num_devices=3, num_classes=2, initial_g=2.0)
     g, gc = (
         make_policy(name, context).class_gradient for name in ("fedcgd-fscd", "fedcgd-fscd-gc")
@@ -94,9 +94,6 @@ def test_class_gradient_is_one_array_shape_per_variant() -> None:
     assert g is not None and g.tolist() == [2.0]
     assert gc is not None and gc.tolist() == [2.0, 2.0]
     assert make_policy("bc", context).class_gradient is None
-
-
-def test_a_misspelt_policy_name_gets_the_close_names() -> None:
     close = r"'policy' = 'fedcgd-fcsd'; did you mean fedcgd-fscd or fedcgd-cd\? allowed: "
     with pytest.raises(ValueError, match=close):
         policy_class("fedcgd-fcsd")
@@ -156,7 +153,7 @@ def test_wemd_sampling_and_objective_hand_values() -> None:
     assert problem.is_feasible(empty)
 
 
-def test_feasibility_read_only_arrays_and_masks() -> None:
+def test_feasibility_read_only_arrays_masks_and_good_values_unchanged_as_the_math_types():
     problem = SchedulingProblem(
         np.full((3, 2), 0.5), np.array([0.5, 0.5]), np.array([1.0, np.inf, 2.0]), 3.0, 1.0
     )
@@ -176,9 +173,6 @@ def test_feasibility_read_only_arrays_and_masks() -> None:
         example.objective(np.array([1, 0, 1, 0]))
     with pytest.raises(ValueError, match="mask"):
         example.objective(np.array([True, False]))
-
-
-def test_good_values_pass_unchanged_as_the_math_types() -> None:
     np.testing.assert_array_equal(as_nonnegative_array([0.0, 2.0], "g", shape=(2,)), [0.0, 2.0])
     for value, expected in [(0, 0), (2.0, 2), (np.int64(5), 5)]:
         out = check_integer(value, "local_steps", minimum=0)

@@ -1,8 +1,7 @@
 """Result folders: never overwritten, resumable after a crash at any point, truthful exit codes.
 
 Runs go through the command lines (``fedcgd inprocess`` and ``fedcgd run`` in this process,
-the latter with ``flwr run`` replaced by an in-process run that,
-like ``flwr run``, exits 0 whatever the ServerApp did).
+the latter with ``flwr run`` replaced by an in-process run that exits 0 whatever happened).
 """
 
 from __future__ import annotations

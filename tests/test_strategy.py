@@ -72,7 +72,7 @@ def test_schedule_reaches_exactly_the_solver_choice_and_aggregates_fedavg():
     assert rec.sigma == pytest.approx(sigma)
 
 
-def test_ideal_channel_everything_scheduled_equals_fedavg_and_fedcgd_updates_g():
+def test_ideal_channel_schedules_all_and_updates_g_and_nothing_feasible_keeps_the_model():
     # Ideal channel: all available, B* = 0. FedCGD with G = 0 minimises the sampling term
     # only, so it schedules everybody; the aggregate is FedAvg over all devices.
     draw = make_draw([True] * V, [0.0] * V)
@@ -92,6 +92,12 @@ def test_ideal_channel_everything_scheduled_equals_fedavg_and_fedcgd_updates_g()
     ratios = np.linalg.norm(deltas - mean, axis=1)[keep] / l1[keep]
     assert strategy.last_record.class_gradient_next == pytest.approx(ratios.max(), rel=1e-5)
     assert strategy.last_record.class_gradient_used == 0.0
+    # nothing feasible keeps the model
+    draw = make_draw([True] * V, [np.inf] * V)
+    strategy, grid = build("fedcgd-fscd", draw)
+    msgs, new = run_round(strategy, grid)
+    assert msgs == [] and new is None
+    assert strategy.last_record.model_kept and strategy.last_record.num_scheduled == 0
 
 
 def test_failing_devices_are_excluded_and_the_round_goes_on():
@@ -116,14 +122,6 @@ def test_failing_devices_are_excluded_and_the_round_goes_on():
     assert rec.scheduled == [5]
     assert rec.failed == [0, 1, 2, 3]
     assert_fedavg(new, [5])
-
-
-def test_nothing_feasible_keeps_the_model():
-    draw = make_draw([True] * V, [np.inf] * V)
-    strategy, grid = build("fedcgd-fscd", draw)
-    msgs, new = run_round(strategy, grid)
-    assert msgs == [] and new is None
-    assert strategy.last_record.model_kept and strategy.last_record.num_scheduled == 0
 
 
 def test_post_training_policies_train_everyone_and_upload_the_scheduled():
