@@ -48,10 +48,7 @@ def hand_config(num_devices: int = 2) -> CellConfig:
     )  # fmt: skip
 
 
-# --- the format and the replay (pure) ------------------------------------------------------
-
-
-def test_replayed_min_bandwidth_is_the_lambert_w_root_and_a_replay_starts_at_its_round(tmp_path):
+def test_replay_b_star_is_the_lambert_w_root_starts_at_its_round_and_repeats_a_cell(tmp_path):
     # Row 0: device 0 available (H = 1e-10), device 1 unavailable with no gain (0).
     # Row 1: device 0 available but too far (H = 1e-14: S H / (N0 ln 2) = 1.8e5 < 1e7 bit/s),
     #        device 1 unavailable with H = 2e-9 (B* computed all the same, as the Cell does).
@@ -85,9 +82,7 @@ def test_replayed_min_bandwidth_is_the_lambert_w_root_and_a_replay_starts_at_its
     with pytest.raises(ValueError, match="3 rounds; round 4"):  # the last row was replayed
         replay.draw_round(MODEL_BITS)
     TraceReplay(trace, hand_config(3), first_round=3)  # a finished run: nothing left to draw
-
-
-def test_a_recorded_cell_replays_the_cell_bit_for_bit(tmp_path):
+    # a recorded cell replays the cell bit for bit
     config = CellConfig(num_devices=12, availability_prob=0.6)
     path = tmp_path / "cell.npz"
     trace = record_cell_trace(path, Cell(config, np.random.default_rng(5)), 4)
@@ -228,9 +223,6 @@ def test_a_resumed_trace_run_continues_at_the_checkpoint_round_if_the_trace_cove
     for line in lines(whole):
         rows = set(range(3)) if line["round"] <= 2 else set(range(3, 6))
         assert line["scheduled"] and set(line["scheduled"]) <= rows, line
-
-
-# --- refusals before the start ---------------------------------------------------------------
 
 
 def good_trace(path: Path, rounds: int = 3, devices: int = 6) -> Path:

@@ -1,10 +1,6 @@
-"""Tests of client_app.sigma: sigma-hat (paper eq. (local_est_sigma)) against a per-sample loop.
-
-:func:`gradient_spread` (one forward + backward, per-sample norms layer by layer) and the vmap
-reference :func:`gradient_spread_vmap` are both checked against a plain Python loop with one
-backward per sample; the layer formulas of :mod:`client_app.per_sample_norms` are checked on
-their own against autograd per sample. Many devices' σ̂ from one pass (group norms, cohorts)
-against autograd per group and each device's σ̂ from its own batch alone.
+"""Tests of client_app.sigma: sigma-hat (paper eq. (local_est_sigma)), the one-pass and the vmap
+way, against a loop with one backward per sample; the layer formulas of
+:mod:`client_app.per_sample_norms` and many devices' σ̂ from one pass against autograd.
 
 Precision: the comparisons run on float64 copies. In float32 two correct computations need
 not agree to any fixed tolerance: a ReLU input within rounding of 0 may take either side in

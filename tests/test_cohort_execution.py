@@ -1,10 +1,9 @@
 """Cohort execution against the per-device path (the oracle): the same replies, the same runs.
 
-Cohort execution sums in another order (batched passes, ``vmap``), so the comparisons run the
-built-in models in float64 (``layer_cases:mlp_float64``, ``layer_cases:cnn1d_float64``), where
-the orders differ by rounding alone, bounded by :data:`REL` (in float32 a ReLU input within
-rounding of 0 may flip: module docstring of ``test_client_sigma``). Where it cannot batch, or
-the model mixes the samples of a batch, it falls back to the per-device path.
+Cohort execution sums in another order (batched passes, ``vmap``), so the comparisons run
+``layer_cases``' float64 models, where the orders differ by rounding alone, bounded by
+:data:`REL` (in float32 a ReLU input within rounding of 0 may flip: ``test_client_sigma``).
+Where it cannot batch, or the model mixes a batch's samples, it computes each device alone.
 """
 
 from __future__ import annotations

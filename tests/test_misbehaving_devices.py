@@ -227,24 +227,22 @@ def test_an_upload_of_another_dtype_is_named_and_a_non_finite_aggregate_keeps_th
     assert strategy._aggregate([], state) == (None, "nothing uploaded")
 
 
-ONE_ROUND_ALL_AVAILABLE = {"num-server-rounds": 1, "channel.availability-prob": 1.0}
-
-
 def test_the_module_level_app_reads_the_fault_from_the_environment(tmp_path, monkeypatch):
     # What `flwr run` loads as `misbehaving:app`: the same fault, chosen by environment variables.
     import misbehaving
 
+    one_round = {"num-server-rounds": 1, "channel.availability-prob": 1.0}
     monkeypatch.setenv("FEDCGD_FAULT", "num-examples-1e15")
     monkeypatch.setenv("FEDCGD_FAULT_PARTITION", str(FAULTY))
 
     def flower_loads(_app):  # every node runs what `flwr run` loads as `misbehaving:app`
         return misbehaving.app
 
-    lines, _ = run(tmp_path, "env", flower_loads, policy="all", **ONE_ROUND_ALL_AVAILABLE)
+    lines, _ = run(tmp_path, "env", flower_loads, policy="all", **one_round)
     assert FAULTY in lines[0]["failed"]
     assert "num-examples" in lines[0]["failed_reasons"][str(FAULTY)]
     monkeypatch.delenv("FEDCGD_FAULT")
-    lines, _ = run(tmp_path, "plain", flower_loads, policy="all", **ONE_ROUND_ALL_AVAILABLE)
+    lines, _ = run(tmp_path, "plain", flower_loads, policy="all", **one_round)
     assert lines[0]["failed"] == [] and FAULTY in lines[0]["uploaded"]
 
 

@@ -198,9 +198,6 @@ def test_bad_values_are_refused_naming_the_argument_and_the_value(validate, args
         validate(*args)
 
 
-# --- device gradients and eq. (G_est) -----------------------------------------------------------
-
-
 def test_device_gradient_estimates_hand_value_and_float32_kept():
     # (w^{j+1} − w^{j}) / (τ η) = [0.2, −0.4] / (2 · 0.1) = [1, −2]
     g = device_gradient_estimates(np.array([[0.2, -0.4]]), learning_rate=0.1, local_steps=2)
@@ -212,7 +209,7 @@ def test_device_gradient_estimates_hand_value_and_float32_kept():
 @pytest.mark.parametrize(
     ("p2", "expected"),
     [
-        # g1 = [2, 0], g2 = [0, 4], weights [3, 1] -> α = [0.75, 0.25]
+        # eq. (G_est): g1 = [2, 0], g2 = [0, 4], weights [3, 1] -> α = [0.75, 0.25]
         # ∇F̂ = 0.75·[2, 0] + 0.25·[0, 4] = [1.5, 1]
         # ||g1 − F|| = ||[0.5, −1]|| = sqrt(1.25); ||g2 − F|| = ||[−1.5, 3]|| = 1.5 √5
         # p = [0.5, 0.5]; p1 = [1, 0] -> L1 = 1;  p2 = [0.25, 0.75] -> L1 = 0.5
@@ -254,11 +251,8 @@ def test_class_gradient_matches_slow_reference_on_random_input():
     assert gradient_divergence_norms(grads, weights).dtype == np.float64
 
 
-# --- eq. (Gc_est) -------------------------------------------------------------------------------
-
-
 def test_per_class_gradient_hand_values_dominant_class_exclusion_and_no_uploads():
-    # P = 1: g = [3, 0, 0], equal weights -> ∇F̂ = 1; divergences |3−1| = 2, 1, 1.
+    # eq. (Gc_est), P = 1: g = [3, 0, 0], equal weights -> ∇F̂ = 1; divergences 2, 1, 1.
     # p = [1/3]*3.  p1 = [1,0,0] (class 0): L1 = 2/3 + 1/3 + 1/3 = 4/3 -> ratio 2/(4/3) = 1.5
     #               p2 = [0,1,0] (class 1): L1 = 4/3 -> ratio 1/(4/3) = 0.75
     #               p3 = [0.8,0.2,0] (class 0): L1 = 7/15 + 2/15 + 5/15 = 14/15 -> 15/14
