@@ -226,7 +226,9 @@ def test_chunks_and_threads_give_the_same_results(tmp_path: Path, monkeypatch) -
             np.testing.assert_allclose(wb[name].numpy(), wa[name].numpy(), rtol=REL, atol=0.0)
 
 
-def test_the_train_cohort_reuses_the_query_cohorts_statistics(tmp_path: Path, monkeypatch) -> None:
+def test_the_train_cohort_reuses_the_query_cohorts_statistics_and_an_engine_its_own_app(
+    tmp_path: Path, monkeypatch
+) -> None:
     run_config = validated_run_config({"num-devices": 6, "data-dir": str(tmp_path / "data")})
     nodes = [100 + v for v in range(6)]
     grid = app_grid(make_contexts(nodes, run_config, 6))
@@ -245,11 +247,6 @@ def test_the_train_cohort_reuses_the_query_cohorts_statistics(tmp_path: Path, mo
     other = ArrayRecord(build_model("mlp", 10, (1, 8, 8), seed=2).state_dict())
     send(grid, other, "train", nodes[:3])  # another model: computed anew
     assert computed == [6, 3]
-
-
-def test_an_engines_cohorts_reach_only_the_clientapp_built_with_it(
-    tmp_path: Path, monkeypatch
-) -> None:
     # No module global links an engine and a ClientApp: while one engine's cohorts are open,
     # Flower's ``app`` and another engine's ClientApp compute every device alone.
     from client_app.app import app as flower_app
@@ -258,7 +255,6 @@ def test_an_engines_cohorts_reach_only_the_clientapp_built_with_it(
     run_config = validated_run_config(
         {"model": MLP, "num-devices": 6, "data-dir": str(tmp_path / "data")}
     )
-    nodes = [100 + v for v in range(6)]
     contexts = make_contexts(nodes, run_config, 6)
     record = ArrayRecord(build_model(MLP, 10, (1, 8, 8), seed=1).state_dict())
     engine = Cohorts()
