@@ -114,38 +114,6 @@ def hand_round() -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]], li
     return reference, models, [1, 100, 7]  # |D_v| very unequal: DP weighs every upload 1
 
 
-@pytest.mark.parametrize(
-    ("wrapper", "params"),
-    [
-        (FIXED, {"noise-multiplier": 0.0, "clipping-norm": 1.0}),
-        (ADAPTIVE, {"noise-multiplier": 0.0, "initial-clipping-norm": 1.0}),
-    ],
-    ids=["fixed", "adaptive"],
-)
-def test_noise_multiplier_zero_is_the_mean_of_the_clipped_updates(wrapper, params):
-    """And a BatchNorm-like integer counter passes: Flower scales a clipped update in place,
-    which numpy refuses for integers; they go to Flower as float64, back as the model's. No
-    scratch value of the round is left in the (checkpointed) attributes."""
-    aggregator = make_aggregator(wrapper, params, num_devices=3)[0]
-    attributes = set(vars(aggregator))
-    reference, models, weights = hand_round()
-    reference["count"] = np.array([4], np.int64)
-    models = [{**m, "count": np.array([4], np.int64)} for m in models]  # norms stay 5, 0.5, 2
-    result, reason = aggregate_uploads(aggregator, 1, models, weights, reference)
-    assert reason is None and result is not None
-    # clipped to norm 1: (3, 4, 0) -> (0.6, 0.8, 0); (0, 0, 0.5) stays; (0, -2, 0) -> (0, -1, 0)
-    # their plain mean: (0.2, -0.2 / 3, 0.5 / 3)
-    np.testing.assert_allclose(result["w"], [1.2, 1.0 - 0.2 / 3], rtol=1e-6)
-    np.testing.assert_allclose(result["b"], [0.5 / 3], rtol=1e-6)
-    assert result["w"].dtype == np.float32
-    assert result["count"].dtype == np.int64 and result["count"].tolist() == [4]
-    assert set(vars(aggregator)) == attributes
-    if wrapper == ADAPTIVE:
-        # two of three clipped, one of three not: b = 1/3 below the target 1 - q = 0.5, so C
-        # grows: C <- C exp(-lr (1/3 - 1/2)), lr = 0.2 (the defaults)
-        assert aggregator.clipping_norm == pytest.approx(math.exp(0.2 / 6), rel=1e-12)
-
-
 def noisy(seed: int, server_round: int = 1) -> dict[str, np.ndarray]:
     aggregator = make_aggregator(FIXED, {"noise-multiplier": 1.0, "clipping-norm": 1.0}, 3)[0]
     reference, models, weights = hand_round()
@@ -176,25 +144,50 @@ def test_the_noise_depends_on_the_seed_and_the_round_only_and_adaptive_noise_is_
 
 
 @pytest.mark.parametrize(
-    ("wrapper", "params", "devices", "z_updates"),
+    ("wrapper", "zero", "params", "devices", "z_updates"),
     [
         # built for 40 devices, a round of 3 uploads gets noise of std z C / 3, not z C / 40
-        (FIXED, {"noise-multiplier": 1.0, "clipping-norm": 1.0}, 40, 1.0),
+        (FIXED, {"noise-multiplier": 0.0, "clipping-norm": 1.0},
+         {"noise-multiplier": 1.0, "clipping-norm": 1.0}, 40, 1.0),
         # Flower splits z between the clipped count (std sigma_b = 2) and the updates:
         # z' = (z^-2 - (2 sigma_b)^-2)^-1/2 (Andrew et al., Theorem 1), 1.0328 at z = 1
-        (ADAPTIVE, {"noise-multiplier": 1.0, "initial-clipping-norm": 1.0, "clip-norm-lr": 1.0,
-                    "clipped-count-stddev": 2.0}, 3, (1.0 - 1.0 / 16) ** -0.5),
+        (ADAPTIVE, {"noise-multiplier": 0.0, "initial-clipping-norm": 1.0},
+         {"noise-multiplier": 1.0, "initial-clipping-norm": 1.0, "clip-norm-lr": 1.0,
+          "clipped-count-stddev": 2.0}, 3, (1.0 - 1.0 / 16) ** -0.5),
     ],
     ids=["fixed", "adaptive"],
 )  # fmt: skip
-def test_the_noise_is_std_z_c_over_the_rounds_uploads_c_the_norm_it_clipped_with(
-    wrapper, params, devices, z_updates
+def test_zero_noise_is_the_clipped_mean_and_the_noise_is_std_z_c_over_the_rounds_uploads(
+    wrapper, zero, params, devices, z_updates
 ):
-    """The oracle: the hand-computed clipped mean plus Flower's documented draws from the
-    generator seeded for (seed, round): the adaptive wrapper's noisy clipped count first, then
-    one ``np.random.normal(0, std, shape)`` per array in the model's order. The adaptive noise
-    uses C_0 = 1 (which clips two of the three updates), although C has moved for the next
-    round (lr = 1: C_1 = exp(-(b - 1/2)), b the noisy fraction not clipped)."""
+    """Noise multiplier ``zero``: the mean of the clipped updates, and a BatchNorm-like integer
+    counter passes: Flower scales a clipped update in place, which numpy refuses for integers;
+    they go to Flower as float64, back as the model's. No scratch value of the round is left in
+    the (checkpointed) attributes.
+
+    Then the oracle of the noise: the hand-computed clipped mean plus Flower's documented draws
+    from the generator seeded for (seed, round): the adaptive wrapper's noisy clipped count
+    first, then one ``np.random.normal(0, std, shape)`` per array in the model's order. The
+    adaptive noise uses C_0 = 1 (which clips two of the three updates), although C has moved
+    for the next round (lr = 1: C_1 = exp(-(b - 1/2)), b the noisy fraction not clipped)."""
+    aggregator = make_aggregator(wrapper, zero, num_devices=3)[0]
+    attributes = set(vars(aggregator))
+    reference, models, weights = hand_round()
+    reference["count"] = np.array([4], np.int64)
+    models = [{**m, "count": np.array([4], np.int64)} for m in models]  # norms stay 5, 0.5, 2
+    result, reason = aggregate_uploads(aggregator, 1, models, weights, reference)
+    assert reason is None and result is not None
+    # clipped to norm 1: (3, 4, 0) -> (0.6, 0.8, 0); (0, 0, 0.5) stays; (0, -2, 0) -> (0, -1, 0)
+    # their plain mean: (0.2, -0.2 / 3, 0.5 / 3)
+    np.testing.assert_allclose(result["w"], [1.2, 1.0 - 0.2 / 3], rtol=1e-6)
+    np.testing.assert_allclose(result["b"], [0.5 / 3], rtol=1e-6)
+    assert result["w"].dtype == np.float32
+    assert result["count"].dtype == np.int64 and result["count"].tolist() == [4]
+    assert set(vars(aggregator)) == attributes
+    if wrapper == ADAPTIVE:
+        # two of three clipped, one of three not: b = 1/3 below the target 1 - q = 0.5, so C
+        # grows: C <- C exp(-lr (1/3 - 1/2)), lr = 0.2 (the defaults)
+        assert aggregator.clipping_norm == pytest.approx(math.exp(0.2 / 6), rel=1e-12)
     aggregator = make_aggregator(wrapper, params, devices)[0]
     reference, models, weights = hand_round()
     noise_before = dp_round_noise(aggregator, len(models))
