@@ -78,7 +78,7 @@ def test_one_pass_and_vmap_match_per_sample_loop(
         assert gradient_spread_vmap(model, x, y) == pytest.approx(expected.sigma, rel=REL64)
 
 
-def test_hand_checkable_linear_two_samples_and_cohort_devices_differ_as_their_batches_do():
+def test_hand_checkable_cases_cohort_devices_as_their_batches_and_model_state_kept():
     # Logits z = W a + c with W = 0, c = 0: softmax p = (1/2, 1/2), so the per-sample gradients
     # are dl/dW = (p - e_y) a^T and dl/dc = p - e_y. Samples a1 = (1, 0), y1 = 0 and
     # a2 = (0, 1), y2 = 1 give g1 = ([[-1/2, 0], [1/2, 0]], (-1/2, 1/2)) and
@@ -120,6 +120,25 @@ def test_hand_checkable_linear_two_samples_and_cohort_devices_differ_as_their_ba
         assert spreads[v] == pytest.approx(alone[v], rel=tol)
     # sigma-hat of identical samples is resolved to ~sqrt(eps) = 1.5e-8 of the gradient norm.
     assert spreads[2] < 1e-6 * spreads[0] and alone[2] < 1e-6 * alone[0]
+    # Existing .grad, requires_grad=False flags and per-module modes survive; frozen parameters
+    # still count, as in eq. (local_est_sigma) the norm runs over all parameters.
+    model = build_model("mlp", 10, (1, 8, 8), seed=5).double()
+    x, y = batch(6, (1, 8, 8), 10)
+    first = next(m for m in model.modules() if isinstance(m, nn.Linear))
+    first.weight.requires_grad_(False)
+    marker = torch.full_like(first.bias, 3.0)
+    first.bias.grad = marker.clone()
+    model.train()
+    first.eval()  # a mixed train/eval state comes back module by module
+    result = gradient_spread(model, x, y)
+    assert model.training
+    assert not first.training
+    assert not first.weight.requires_grad
+    assert first.weight.grad is None
+    assert torch.equal(first.bias.grad, marker)
+    first.weight.requires_grad_(True)
+    expected = reference_sigma(model, x, y)
+    assert result == pytest.approx(expected.sigma, rel=expected.rel_tol)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
@@ -155,28 +174,6 @@ def test_chunk_size_changes_nothing_but_memory(chunk_size: int, resnet_batch) ->
     assert gradient_spread(model, x, y, chunk_size=chunk_size) == pytest.approx(whole, rel=tol)
     vmap_parts = gradient_spread_vmap(model, x, y, chunk_size=chunk_size)
     assert vmap_parts == pytest.approx(whole, rel=tol)
-
-
-def test_model_state_is_kept() -> None:
-    # Existing .grad, requires_grad=False flags and per-module modes survive; frozen parameters
-    # still count, as in eq. (local_est_sigma) the norm runs over all parameters.
-    model = build_model("mlp", 10, (1, 8, 8), seed=5).double()
-    x, y = batch(6, (1, 8, 8), 10)
-    first = next(m for m in model.modules() if isinstance(m, nn.Linear))
-    first.weight.requires_grad_(False)
-    marker = torch.full_like(first.bias, 3.0)
-    first.bias.grad = marker.clone()
-    model.train()
-    first.eval()  # a mixed train/eval state comes back module by module
-    result = gradient_spread(model, x, y)
-    assert model.training
-    assert not first.training
-    assert not first.weight.requires_grad
-    assert first.weight.grad is None
-    assert torch.equal(first.bias.grad, marker)
-    first.weight.requires_grad_(True)
-    expected = reference_sigma(model, x, y)
-    assert result == pytest.approx(expected.sigma, rel=expected.rel_tol)
 
 
 class TwiceLinear(nn.Module):

@@ -57,10 +57,8 @@ def run(tmp_path: Path, name: str, wrap, **overrides) -> tuple[list[dict], dict]
 
 
 def oracle(tmp_root: str, policy: str, fault: str) -> tuple[list[dict], dict]:
-    """The run in which the faulty device answers nothing where the fault would corrupt.
-
-    ``silent_like`` reads only the fault's message kinds: faults of the same kinds share a run.
-    """
+    """The run in which the faulty device answers nothing where the fault would corrupt (faults
+    of the same message kinds share a run: ``silent_like`` reads only those)."""
     return silent_run(
         tmp_root, policy, next(f for f in FAULTS if FAULTS[f].kinds == FAULTS[fault].kinds)
     )

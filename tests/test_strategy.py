@@ -220,7 +220,7 @@ def test_best_channel_packs_by_gain_not_by_id(gain, min_bw, total_bw, expected):
     assert strategy.last_record is not None and strategy.last_record.scheduled == expected
 
 
-def test_node_that_joins_later_is_scheduled_and_one_timing_out_after_discovery_is_excluded():
+def test_nodes_that_join_later_time_out_leave_or_claim_a_served_partition():
     draw = make_draw([True] * V, [0.0] * V)
     strategy, grid = build("all", draw)
     late = grid.handlers.pop(NODES[5])
@@ -234,10 +234,7 @@ def test_node_that_joins_later_is_scheduled_and_one_timing_out_after_discovery_i
     assert 2 in strategy.last_record.failed
     assert strategy.last_record.uploaded == [0, 1, 3, 4, 5]
     assert_fedavg(new, [0, 1, 3, 4, 5])
-
-
-def test_node_that_leaves_is_forgotten_and_a_duplicate_claimant_takes_over():
-    draw = make_draw([True] * V, [0.0] * V)
+    # a node that leaves is forgotten and a duplicate claimant takes over (a new federation)
     strategy, grid = build("all", draw)
     # A seventh node claims partition 3, already served by NODES[3].
     twin = 5555
