@@ -418,8 +418,7 @@ def run_readme_attack_sweep(start: str, out: Path, *extra: str) -> list[str]:
 
 
 def test_readme_inprocess_aggregator_commands_run(tmp_path):
-    """Both README commands (Krum, DP fixed clipping) in one child process (command_batch.py).
-
+    """Both README commands (Krum, DP fixed clipping) in one child process (command_batch.py);
     8 devices, each uploading every round (as the documented 40 give Krum its 2 f + 3 = 5
     uploads; with 8 and FedCGD-FSCD most rounds have fewer, and the run fails)."""
     expected = {

@@ -274,11 +274,9 @@ def test_the_first_evaluation_runs_on_one_torch_thread(tmp_path: Path, monkeypat
     seen: list[int] = []
     real = setup.evaluate
 
-    def recording(*args, **kwargs):
-        seen.append(torch.get_num_threads())
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(setup, "evaluate", recording)
+    monkeypatch.setattr(
+        setup, "evaluate", lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k)
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:

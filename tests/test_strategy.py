@@ -37,7 +37,7 @@ def assert_fedavg(new, pids) -> None:
         np.testing.assert_allclose(new[k].numpy(), want[k], rtol=1e-6, atol=1e-7)
 
 
-def test_schedule_reaches_exactly_the_solver_choice_and_aggregates_fedavg():
+def test_schedule_reaches_exactly_the_solver_or_post_training_choice_and_aggregates_fedavg():
     available = [True, True, True, True, False, True]
     min_bw = [3.0, 3.0, 2.0, 2.0, 1.0, 4.0]
     strategy, grid = build("fedcgd-fscd", make_draw(available, min_bw))
@@ -70,6 +70,14 @@ def test_schedule_reaches_exactly_the_solver_choice_and_aggregates_fedavg():
     assert rec.num_available == 5
     assert rec.bandwidth_used_hz == pytest.approx(float(np.sum(np.array(min_bw)[expected])))
     assert rec.sigma == pytest.approx(sigma)
+    # a post-training rule: everybody trains, the scheduled upload
+    draw = make_draw([True] * V, [4.0, 4.0, 4.0, 4.0, 4.0, 4.0])
+    strategy, grid = build("bn2", draw, protocol="train-all", total_bw=8.0)
+    msgs, new = run_round(strategy, grid)
+    assert len(msgs) == V  # everybody trains
+    # Update norms grow with the partition id: devices 5 and 4 have the largest.
+    assert strategy.last_record.scheduled == [4, 5]
+    assert_fedavg(new, [4, 5])
 
 
 def test_ideal_channel_schedules_all_and_updates_g_and_nothing_feasible_keeps_the_model():
@@ -122,16 +130,6 @@ def test_failing_devices_are_excluded_and_the_round_goes_on():
     assert rec.scheduled == [5]
     assert rec.failed == [0, 1, 2, 3]
     assert_fedavg(new, [5])
-
-
-def test_post_training_policies_train_everyone_and_upload_the_scheduled():
-    draw = make_draw([True] * V, [4.0, 4.0, 4.0, 4.0, 4.0, 4.0])
-    strategy, grid = build("bn2", draw, protocol="train-all", total_bw=8.0)
-    msgs, new = run_round(strategy, grid)
-    assert len(msgs) == V  # everybody trains
-    # Update norms grow with the partition id: devices 5 and 4 have the largest.
-    assert strategy.last_record.scheduled == [4, 5]
-    assert_fedavg(new, [4, 5])
 
 
 def test_exact_time_limit_reaches_the_solver(monkeypatch):
