@@ -161,7 +161,7 @@ def assert_equal_models(model: dict[str, torch.Tensor], expected: dict[str, np.n
         np.testing.assert_array_equal(value.numpy(), expected[key], err_msg=key)
 
 
-def test_the_default_is_the_schedulers_fedavg_of_the_uploads_bit_for_bit(tmp_path):
+def test_the_default_is_the_schedulers_fedavg_bit_for_bit_and_older_runs_compare_as_it(tmp_path):
     """FedCGD-FSCD on the default channel: only the scheduled uploads, weighted by |D_v|."""
     recorder = Recorder()
     overrides = {"policy": "fedcgd-fscd", "channel.availability-prob": 0.6}
@@ -174,6 +174,14 @@ def test_the_default_is_the_schedulers_fedavg_of_the_uploads_bit_for_bit(tmp_pat
     states = [{k: v.numpy() for k, v in m.content[keys.ARRAYS].items()} for m in uploads]
     weights = [int(m.content[keys.METRICS][keys.NUM_EXAMPLES]) for m in uploads]
     assert_equal_models(model, fedavg(states, weights, initial_model(tmp_path)))
+    # a run recorded before the aggregator setting compares as the default
+    from server_app.run_folder.run_status import settings_differences
+
+    recorded = {"policy": "bc", "seed": 0, "task": {"dataset": "digits"}}  # no "aggregator"
+    asked = {**recorded, "aggregator": ""}
+    assert settings_differences(recorded, asked) == []
+    assert settings_differences(recorded, {**recorded, "aggregator": "FedMedian"}) == ["aggregator"]
+    assert settings_differences({**recorded, "aggregator": "Krum"}, asked) == ["aggregator"]
 
 
 def refused(tmp_path: Path, **overrides: Any) -> str:
@@ -257,10 +265,8 @@ def test_too_few_uploads_keep_the_model_and_say_so(tmp_path):
     enough = [x for x in lines if x["num_uploaded"] >= 7]
     assert few, "the test needs a round with fewer than 4 f + 3 = 7 uploads"
     for line in few:
-        assert line["model_kept"]
-        assert line["model_kept_reason"].startswith(
-            f"too few uploads for Bulyan: {line['num_uploaded']} < 7"
-        )
+        reason = f"too few uploads for Bulyan: {line['num_uploaded']} < 7"
+        assert line["model_kept"] and line["model_kept_reason"].startswith(reason)
     assert all(not x["model_kept"] for x in enough)
 
 
@@ -364,16 +370,12 @@ def attacked(tmp_path_factory) -> dict[tuple[str, bool], float]:
     """Final accuracy of 'all' on 8 near-IID devices by (aggregator, device 0 attacking);
     "FedAvg" is the scheduler's (the default)."""
     root = tmp_path_factory.mktemp("attack")
-
-    def attacker(app: Handler) -> Handler:
-        return misbehaving(app, "sign-flip-x5", 0)
-
     out = {}
     for label, params in [("FedAvg", {}), *ROBUST.items()]:
         for attack in (False, True):
             lines, _ = run(
                 root / f"{label}-{attack}",
-                attacker if attack else None,
+                (lambda app: misbehaving(app, "sign-flip-x5", 0)) if attack else None,
                 rounds=ATTACK_ROUNDS,
                 aggregator="" if label == "FedAvg" else label,
                 **{"local-steps": 5, "max-update-norm-ratio": 10.0, "dirichlet-alpha": 100.0},
@@ -416,16 +418,12 @@ def run_readme_attack_sweep(start: str, out: Path, *extra: str) -> list[str]:
 
 
 def test_readme_inprocess_aggregator_commands_run(tmp_path):
-    """Both README commands (Krum, DP fixed clipping) in one child process (command_batch.py).
-
+    """Both README commands (Krum, DP fixed clipping) in one child process (command_batch.py);
     8 devices, each uploading every round (as the documented 40 give Krum its 2 f + 3 = 5
     uploads; with 8 and FedCGD-FSCD most rounds have fewer, and the run fails)."""
     expected = {
         "Krum": {"num-malicious-nodes": 1},
-        "DifferentialPrivacyServerSideFixedClipping": {
-            "noise-multiplier": 0.3,
-            "clipping-norm": 0.5,
-        },
+        FIXED: {"noise-multiplier": 0.3, "clipping-norm": 0.5},
     }
     argvs = []
     for aggregator in expected:
@@ -464,7 +462,16 @@ def test_readme_attack_sweep_command_runs(tmp_path):
     assert all(int(r["attacker_rounds"]) == 0 for r in runs if r["attackers"] == "0")
 
 
-def test_compare_policies_sweeps_aggregators(tmp_path):
+def test_compare_policies_sweeps_aggregators_and_refuses_a_bad_one_before_any_run(tmp_path, capsys):
+    out = tmp_path / "refused"
+    args = ["--aggregators", "default,Bulyan", "--engine", "inprocess", "--out", str(out)]
+    code = invoke(
+        ["compare", *args, "--run-config", "num-devices=6 aggregator-params.num-malicious-nodes=1"]
+    )
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: run-config key") and "\n" not in err
+    assert not out.exists()
     out = tmp_path / "compare"
     args = "--aggregators default,FedTrimmedAvg --policies fedcgd-fscd,all --engine inprocess"
     settings = ["--run-config", "num-server-rounds=2 num-devices=6"]
@@ -478,25 +485,3 @@ def test_compare_policies_sweeps_aggregators(tmp_path):
         for policy in ("fedcgd-fscd", "all"):
             config = json.loads((out / folder / policy / "seed-0" / "config.json").read_text())
             assert config["aggregator"] == recorded
-
-
-def test_compare_policies_refuses_a_bad_aggregator_before_any_run(tmp_path, capsys):
-    out = tmp_path / "compare"
-    args = ["--aggregators", "default,Bulyan", "--engine", "inprocess", "--out", str(out)]
-    code = invoke(
-        ["compare", *args, "--run-config", "num-devices=6 aggregator-params.num-malicious-nodes=1"]
-    )
-    assert code == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: run-config key") and "\n" not in err
-    assert not out.exists()
-
-
-def test_a_run_recorded_before_the_aggregator_setting_compares_as_the_default() -> None:
-    from server_app.run_folder.run_status import settings_differences
-
-    recorded = {"policy": "bc", "seed": 0, "task": {"dataset": "digits"}}  # no "aggregator"
-    asked = {**recorded, "aggregator": ""}
-    assert settings_differences(recorded, asked) == []
-    assert settings_differences(recorded, {**recorded, "aggregator": "FedMedian"}) == ["aggregator"]
-    assert settings_differences({**recorded, "aggregator": "Krum"}, asked) == ["aggregator"]

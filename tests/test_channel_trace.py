@@ -48,10 +48,7 @@ def hand_config(num_devices: int = 2) -> CellConfig:
     )  # fmt: skip
 
 
-# --- the format and the replay (pure) ------------------------------------------------------
-
-
-def test_replayed_min_bandwidth_is_the_lambert_w_root_and_a_replay_starts_at_its_round(tmp_path):
+def test_replay_b_star_is_the_lambert_w_root_starts_at_its_round_and_repeats_a_cell(tmp_path):
     # Row 0: device 0 available (H = 1e-10), device 1 unavailable with no gain (0).
     # Row 1: device 0 available but too far (H = 1e-14: S H / (N0 ln 2) = 1.8e5 < 1e7 bit/s),
     #        device 1 unavailable with H = 2e-9 (B* computed all the same, as the Cell does).
@@ -85,9 +82,7 @@ def test_replayed_min_bandwidth_is_the_lambert_w_root_and_a_replay_starts_at_its
     with pytest.raises(ValueError, match="3 rounds; round 4"):  # the last row was replayed
         replay.draw_round(MODEL_BITS)
     TraceReplay(trace, hand_config(3), first_round=3)  # a finished run: nothing left to draw
-
-
-def test_a_recorded_cell_replays_the_cell_bit_for_bit(tmp_path):
+    # a recorded cell replays the cell bit for bit
     config = CellConfig(num_devices=12, availability_prob=0.6)
     path = tmp_path / "cell.npz"
     trace = record_cell_trace(path, Cell(config, np.random.default_rng(5)), 4)
@@ -101,7 +96,9 @@ def test_a_recorded_cell_replays_the_cell_bit_for_bit(tmp_path):
     assert np.isfinite(trace.gain_lin).all() and (trace.gain_lin > 0).all()
 
 
-def test_write_trace_writes_exactly_the_path_and_the_two_arrays(tmp_path):
+def test_write_trace_writes_exactly_the_path_and_a_write_cut_short_keeps_the_old(
+    tmp_path, monkeypatch
+):
     path = tmp_path / "no-suffix"
     write_trace(path, np.ones((2, 3), dtype=bool), np.full((2, 3), 1e-9, dtype=np.float32))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["no-suffix"]
@@ -112,9 +109,7 @@ def test_write_trace_writes_exactly_the_path_and_the_two_arrays(tmp_path):
     assert trace.gain_lin[1, 2] == np.float64(np.float32(1e-9))
     with pytest.raises(ValueError):  # read-only: a replay cannot change the file's rounds
         trace.gain_lin[0, 0] = 1.0
-
-
-def test_a_write_cut_short_keeps_the_earlier_trace(tmp_path, monkeypatch):
+    # a write cut short keeps the earlier trace
     path = tmp_path / "trace.npz"
     write_trace(path, np.ones((1, 2), dtype=bool), np.full((1, 2), 2.0))
 
@@ -126,7 +121,7 @@ def test_a_write_cut_short_keeps_the_earlier_trace(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space"):
         write_trace(path, np.ones((1, 2), dtype=bool), np.full((1, 2), 3.0))
     assert load_trace(path).gain_lin.tolist() == [[2.0, 2.0]]
-    assert [p.name for p in tmp_path.iterdir()] == ["trace.npz"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["no-suffix", "trace.npz"]
 
 
 @pytest.mark.parametrize(
@@ -142,9 +137,6 @@ def test_bad_arrays_are_refused_and_nothing_is_written(tmp_path, available, gain
     with pytest.raises(TraceError, match=message):
         write_trace(tmp_path / "bad.npz", available, gain_lin)
     assert list(tmp_path.iterdir()) == []
-
-
-# --- runs of the app -----------------------------------------------------------------------
 
 
 def run_settings(result_dir: Path, **changes: Any) -> dict[str, Any]:
@@ -195,8 +187,12 @@ def test_a_run_on_the_recorded_cell_equals_the_simulated_run(outside, policy):
     assert recorded["channel_trace"] == str(trace_path)
 
 
-def test_a_resumed_trace_run_continues_at_the_checkpoint_round(outside):
+def test_a_resumed_trace_run_continues_at_the_checkpoint_round_if_the_trace_covers_it(
+    capsys, outside
+):
+    from experiments.cli import invoke
     from experiments.run.inprocess import run_inprocess
+    from experiments.run.run_config import format_run_config
 
     # Rounds 1-2: only devices 0-2 are available; rounds 3-4: only devices 3-5. A resumed run
     # that replayed from the first row again would schedule devices 0-2 in round 3.
@@ -214,6 +210,10 @@ def test_a_resumed_trace_run_continues_at_the_checkpoint_round(outside):
     part = outside / "part"
     run_inprocess(run_settings(part, **settings, **{"num-server-rounds": 2}))
     assert [line["round"] for line in lines(part)] == [1, 2]
+    more = {**settings, "num-devices": 6, "num-server-rounds": 5, "resume-from": str(part)}
+    assert invoke(["inprocess", "--run-config", format_run_config(more)]) == 2  # 4 rows
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "'channel.trace'" in line and "must be >= num-server-rounds = 5" in line
     run_inprocess(
         run_settings(part, **settings, **{"num-server-rounds": 4, "resume-from": str(part)})
     )
@@ -223,9 +223,6 @@ def test_a_resumed_trace_run_continues_at_the_checkpoint_round(outside):
     for line in lines(whole):
         rows = set(range(3)) if line["round"] <= 2 else set(range(3, 6))
         assert line["scheduled"] and set(line["scheduled"]) <= rows, line
-
-
-# --- refusals before the start ---------------------------------------------------------------
 
 
 def good_trace(path: Path, rounds: int = 3, devices: int = 6) -> Path:
@@ -305,25 +302,6 @@ def test_a_bad_trace_is_refused_in_one_line_before_the_start(capsys, outside, ki
     assert line.startswith("error: run-config key 'channel.trace' = "), line
     assert repr(value) in line or f"'{value}'" in line, line
     assert phrase in line, line
-
-
-def test_a_resumed_run_needs_a_trace_that_covers_its_new_rounds(capsys, outside):
-    from experiments.cli import invoke
-    from experiments.run.inprocess import run_inprocess
-    from experiments.run.run_config import format_run_config
-
-    trace = good_trace(outside / "three.npz", rounds=3)
-    first = outside / "first"
-    settings = {"channel.model": "trace", "channel.trace": str(trace), "checkpoint-every": 1}
-    settings["num-server-rounds"] = 2
-    run_inprocess(run_settings(first, **settings))
-    more = {**settings, "num-devices": 6, "num-server-rounds": 4, "resume-from": str(first)}
-    assert invoke(["inprocess", "--run-config", format_run_config(more)]) == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert "'channel.trace'" in line and "must be >= num-server-rounds = 4" in line
-
-
-# --- through the launcher (flwr run) -------------------------------------------------------
 
 
 @pytest.mark.slow

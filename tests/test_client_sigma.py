@@ -1,10 +1,6 @@
-"""Tests of client_app.sigma: sigma-hat (paper eq. (local_est_sigma)) against a per-sample loop.
-
-:func:`gradient_spread` (one forward + backward, per-sample norms layer by layer) and the vmap
-reference :func:`gradient_spread_vmap` are both checked against a plain Python loop with one
-backward per sample; the layer formulas of :mod:`client_app.per_sample_norms` are checked on
-their own against autograd per sample. Many devices' σ̂ from one pass (group norms, cohorts)
-against autograd per group and each device's σ̂ from its own batch alone.
+"""Tests of client_app.sigma: sigma-hat (paper eq. (local_est_sigma)), the one-pass and the vmap
+way, against a loop with one backward per sample; the layer formulas of
+:mod:`client_app.per_sample_norms` and many devices' σ̂ from one pass against autograd.
 
 Precision: the comparisons run on float64 copies. In float32 two correct computations need
 not agree to any fixed tolerance: a ReLU input within rounding of 0 may take either side in
@@ -63,7 +59,7 @@ MODEL_CASES = [
 
 @pytest.mark.parametrize("train_mode", [True, False], ids=["train-mode", "eval-mode"])
 @pytest.mark.parametrize(("name", "shape", "classes", "n"), MODEL_CASES)
-def test_matches_per_sample_loop(
+def test_one_pass_and_vmap_match_per_sample_loop(
     name: str, shape: tuple[int, ...], classes: int, n: int, train_mode: bool
 ) -> None:
     model = build_model(name, classes, shape, seed=1).double()
@@ -78,20 +74,11 @@ def test_matches_per_sample_loop(
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     expected = reference_sigma(model, x, y)
     assert result == pytest.approx(expected.sigma, rel=expected.rel_tol)
+    if train_mode and name != "resnet18gn":  # the vmap reference: no cancellation
+        assert gradient_spread_vmap(model, x, y) == pytest.approx(expected.sigma, rel=REL64)
 
 
-@pytest.mark.parametrize(("name", "shape", "classes", "n"), MODEL_CASES[:3])
-def test_vmap_reference_matches_per_sample_loop(
-    name: str, shape: tuple[int, ...], classes: int, n: int
-) -> None:
-    model = build_model(name, classes, shape, seed=1).double()
-    x, y = batch(n, shape, classes)
-    result = gradient_spread_vmap(model, x, y)
-    expected = reference_sigma(model, x, y)
-    assert result == pytest.approx(expected.sigma, rel=REL64)  # no cancellation
-
-
-def test_hand_checkable_linear() -> None:
+def test_hand_checkable_cases_cohort_devices_as_their_batches_and_model_state_kept():
     # Logits z = W a + c with W = 0, c = 0: softmax p = (1/2, 1/2), so the per-sample gradients
     # are dl/dW = (p - e_y) a^T and dl/dc = p - e_y. Samples a1 = (1, 0), y1 = 0 and
     # a2 = (0, 1), y2 = 1 give g1 = ([[-1/2, 0], [1/2, 0]], (-1/2, 1/2)) and
@@ -110,6 +97,48 @@ def test_hand_checkable_linear() -> None:
     assert float(norms.group_sq_norms[0]) == pytest.approx(4 * 0.25)
     assert gradient_spread(model, x, y) == pytest.approx(math.sqrt(3) / 2, rel=1e-6)
     assert spread_from_norms(1.0, 1.0 + 1e-12, 1) == 0.0  # rounding below zero is clamped
+    # For b = 2 the deviations are +-(g1 - g2) / 2, so sigma = ||g1 - g2|| / 2.
+    model = build_model("cnn", 10, (3, 16, 16), seed=4).double()
+    x, y = batch(2, (3, 16, 16), 10)
+    grads = per_sample_grads(model, x, y)
+    expected = float(torch.linalg.vector_norm(grads[0] - grads[1])) / 2
+    tol = sigma_rel_tol(float(grads.square().sum(dim=1).mean()), expected**2)
+    assert gradient_spread(model, x, y) == pytest.approx(expected, rel=tol)
+    # Device 1 holds device 0's first two samples twice each; device 2 one sample b times,
+    # whose spread is 0 (up to the rounding of the expanded square).
+    torch.manual_seed(6)
+    model = build_model("mlp", 10, (1, 8, 8)).double()
+    x0 = torch.randn(4, 1, 8, 8, dtype=torch.float64)
+    y0 = torch.randint(0, 10, (4,))
+    x = torch.cat([x0, x0[[0, 0, 1, 1]], x0[[0]].repeat(4, 1, 1, 1)])
+    y = torch.cat([y0, y0[[0, 0, 1, 1]], y0[[0]].repeat(4)])
+    spreads = gradient_spreads(model, x, y, group_size=4)
+    alone = [gradient_spread(model, x[i : i + 4], y[i : i + 4]) for i in (0, 4, 8)]
+    for v in (0, 1):
+        rows = slice(4 * v, 4 * v + 4)
+        tol = reference_sigma(model, x[rows], y[rows]).rel_tol
+        assert spreads[v] == pytest.approx(alone[v], rel=tol)
+    # sigma-hat of identical samples is resolved to ~sqrt(eps) = 1.5e-8 of the gradient norm.
+    assert spreads[2] < 1e-6 * spreads[0] and alone[2] < 1e-6 * alone[0]
+    # Existing .grad, requires_grad=False flags and per-module modes survive; frozen parameters
+    # still count, as in eq. (local_est_sigma) the norm runs over all parameters.
+    model = build_model("mlp", 10, (1, 8, 8), seed=5).double()
+    x, y = batch(6, (1, 8, 8), 10)
+    first = next(m for m in model.modules() if isinstance(m, nn.Linear))
+    first.weight.requires_grad_(False)
+    marker = torch.full_like(first.bias, 3.0)
+    first.bias.grad = marker.clone()
+    model.train()
+    first.eval()  # a mixed train/eval state comes back module by module
+    result = gradient_spread(model, x, y)
+    assert model.training
+    assert not first.training
+    assert not first.weight.requires_grad
+    assert first.weight.grad is None
+    assert torch.equal(first.bias.grad, marker)
+    first.weight.requires_grad_(True)
+    expected = reference_sigma(model, x, y)
+    assert result == pytest.approx(expected.sigma, rel=expected.rel_tol)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
@@ -131,16 +160,6 @@ def test_identical_samples_have_zero_spread(
     assert gradient_spread(model, x, y) <= bound
 
 
-def test_two_samples_hand_formula() -> None:
-    # For b = 2 the deviations are +-(g1 - g2) / 2, so sigma = ||g1 - g2|| / 2.
-    model = build_model("cnn", 10, (3, 16, 16), seed=4).double()
-    x, y = batch(2, (3, 16, 16), 10)
-    grads = per_sample_grads(model, x, y)
-    expected = float(torch.linalg.vector_norm(grads[0] - grads[1])) / 2
-    tol = sigma_rel_tol(float(grads.square().sum(dim=1).mean()), expected**2)
-    assert gradient_spread(model, x, y) == pytest.approx(expected, rel=tol)
-
-
 @pytest.fixture(scope="module")
 def resnet_batch() -> tuple[nn.Module, torch.Tensor, torch.Tensor, float, float]:
     """ResNet-18-GN (float64), 5 samples, their one-pass sigma-hat and its tolerance."""
@@ -155,28 +174,6 @@ def test_chunk_size_changes_nothing_but_memory(chunk_size: int, resnet_batch) ->
     assert gradient_spread(model, x, y, chunk_size=chunk_size) == pytest.approx(whole, rel=tol)
     vmap_parts = gradient_spread_vmap(model, x, y, chunk_size=chunk_size)
     assert vmap_parts == pytest.approx(whole, rel=tol)
-
-
-def test_model_state_is_kept() -> None:
-    # Existing .grad, requires_grad=False flags and per-module modes survive; frozen parameters
-    # still count, as in eq. (local_est_sigma) the norm runs over all parameters.
-    model = build_model("mlp", 10, (1, 8, 8), seed=5).double()
-    x, y = batch(6, (1, 8, 8), 10)
-    first = next(m for m in model.modules() if isinstance(m, nn.Linear))
-    first.weight.requires_grad_(False)
-    marker = torch.full_like(first.bias, 3.0)
-    first.bias.grad = marker.clone()
-    model.train()
-    first.eval()  # a mixed train/eval state comes back module by module
-    result = gradient_spread(model, x, y)
-    assert model.training
-    assert not first.training
-    assert not first.weight.requires_grad
-    assert first.weight.grad is None
-    assert torch.equal(first.bias.grad, marker)
-    first.weight.requires_grad_(True)
-    expected = reference_sigma(model, x, y)
-    assert result == pytest.approx(expected.sigma, rel=expected.rel_tol)
 
 
 class TwiceLinear(nn.Module):
@@ -285,7 +282,7 @@ def test_layer_norms_match_autograd_per_sample_and_per_group(
 
 
 @pytest.mark.parametrize(("name", "shape", "classes"), [c[:3] for c in MODEL_CASES[:3]])
-def test_whole_model_group_norms_match_autograd(
+def test_whole_model_group_norms_match_autograd_and_cohort_spreads_each_device_alone(
     name: str, classes: int, shape: tuple[int, ...]
 ) -> None:
     torch.manual_seed(4)
@@ -302,12 +299,7 @@ def test_whole_model_group_norms_match_autograd(
         norms.group_sq_norms, torch.tensor(expected, dtype=torch.float64), rtol=REL64, atol=0.0
     )
     assert not any(p.grad is not None for p in model.parameters())
-
-
-@pytest.mark.parametrize(("name", "shape", "classes"), [c[:3] for c in MODEL_CASES[:3]])
-def test_cohort_spreads_equal_each_device_alone(
-    name: str, classes: int, shape: tuple[int, ...]
-) -> None:
+    # a cohort's spreads: each device's alone
     torch.manual_seed(5)
     model = build_model(name, classes, shape).double()
     b, devices = 8, 5
@@ -322,22 +314,3 @@ def test_cohort_spreads_equal_each_device_alone(
         assert spread == pytest.approx(alone, rel=reference.rel_tol)
         assert spread == pytest.approx(reference.sigma, rel=reference.rel_tol)
     assert model.training  # the mode is restored
-
-
-def test_cohort_devices_differ_as_their_batches_do() -> None:
-    # Device 1 holds device 0's first two samples twice each; device 2 one sample b times,
-    # whose spread is 0 (up to the rounding of the expanded square).
-    torch.manual_seed(6)
-    model = build_model("mlp", 10, (1, 8, 8)).double()
-    x0 = torch.randn(4, 1, 8, 8, dtype=torch.float64)
-    y0 = torch.randint(0, 10, (4,))
-    x = torch.cat([x0, x0[[0, 0, 1, 1]], x0[[0]].repeat(4, 1, 1, 1)])
-    y = torch.cat([y0, y0[[0, 0, 1, 1]], y0[[0]].repeat(4)])
-    spreads = gradient_spreads(model, x, y, group_size=4)
-    alone = [gradient_spread(model, x[i : i + 4], y[i : i + 4]) for i in (0, 4, 8)]
-    for v in (0, 1):
-        rows = slice(4 * v, 4 * v + 4)
-        tol = reference_sigma(model, x[rows], y[rows]).rel_tol
-        assert spreads[v] == pytest.approx(alone[v], rel=tol)
-    # sigma-hat of identical samples is resolved to ~sqrt(eps) = 1.5e-8 of the gradient norm.
-    assert spreads[2] < 1e-6 * spreads[0] and alone[2] < 1e-6 * alone[0]

@@ -1,10 +1,9 @@
 """Cohort execution against the per-device path (the oracle): the same replies, the same runs.
 
-Cohort execution sums in another order (batched passes, ``vmap``), so the comparisons run the
-built-in models in float64 (``layer_cases:mlp_float64``, ``layer_cases:cnn1d_float64``), where
-the orders differ by rounding alone, bounded by :data:`REL` (in float32 a ReLU input within
-rounding of 0 may flip: module docstring of ``test_client_sigma``). Where it cannot batch, or
-the model mixes the samples of a batch, it falls back to the per-device path.
+Cohort execution sums in another order (batched passes, ``vmap``), so the comparisons run
+``layer_cases``' float64 models, where the orders differ by rounding alone, bounded by
+:data:`REL` (in float32 a ReLU input within rounding of 0 may flip: ``test_client_sigma``).
+Where it cannot batch, or the model mixes a batch's samples, it computes each device alone.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from layer_cases import REL64
 from misbehaving import misbehaving
 from run_results import lines
 from run_results import whole_run as run_to
+from test_aggregators import dp
 
 from client_app import cohort, device_round
 from client_app.app import make_app
@@ -45,10 +45,8 @@ REL = 100 * REL64
 def replies(
     run_config: dict, kind: str, *, cohorts: Cohorts | None, model: str, tau: int
 ) -> list[Message]:
-    """Every node's reply to one message of ``kind`` carrying the same model.
-
-    ``cohorts``: the engine's (the grid opens them, its ClientApp reads them); None: alone.
-    """
+    """Every node's reply to one message of ``kind`` carrying the same model; ``cohorts``: the
+    engine's (the grid opens them, its ClientApp reads them), None: each device alone."""
     v = int(run_config["num-devices"])
     nodes = [100 + v_ for v_ in range(v)]
     grid = FakeGrid(
@@ -56,16 +54,11 @@ def replies(
     )
     shape = (1, 40) if run_config.get("dataset") == "mnist1d" else (1, 8, 8)
     weights = build_model(model, 10, shape, seed=3).state_dict()
-    record = ArrayRecord(weights)
     config = ConfigRecord(
         {keys.SERVER_ROUND: 4, "local-steps": tau, "learning-rate": 0.05,
          "batch-size": int(run_config.get("batch-size", 32)), keys.WANT_SIGMA: True}
     )  # fmt: skip
-    messages = [
-        grid.create_message(RecordDict({keys.ARRAYS: record, keys.CONFIG: config}), kind, node, "4")
-        for node in nodes
-    ]
-    return list(grid.send_and_receive(messages))
+    return send(grid, ArrayRecord(weights), kind, nodes, config)
 
 
 def close(a: float, b: float) -> bool:
@@ -86,10 +79,14 @@ ROUND_2 = ConfigRecord(
 )
 
 
-def send(grid: FakeGrid, record: ArrayRecord, kind: str, nodes: list[int]) -> list[Message]:
-    """Every node's reply to one message of ``kind`` carrying ``record`` and :data:`ROUND_2`."""
-    content = RecordDict({keys.ARRAYS: record, keys.CONFIG: ROUND_2})
-    return list(grid.send_and_receive([grid.create_message(content, kind, n, "2") for n in nodes]))
+def send(
+    grid: FakeGrid, record: ArrayRecord, kind: str, nodes: list[int], config: ConfigRecord = ROUND_2
+) -> list[Message]:
+    """Every node's reply to one message of ``kind`` carrying ``record`` and ``config``."""
+    content = RecordDict({keys.ARRAYS: record, keys.CONFIG: config})
+    group = str(config[keys.SERVER_ROUND])
+    messages = [grid.create_message(content, kind, n, group) for n in nodes]
+    return list(grid.send_and_receive(messages))
 
 
 @pytest.mark.parametrize(
@@ -143,15 +140,8 @@ def whole_run(tmp_path: Path, name: str, *, cohorts: bool, **overrides) -> tuple
         ("fedcbs", {}, 1),
         ("fedcgd-fscd", {"aggregator": "FedMedian"}, 1),  # a Flower aggregator over cohorts
         ("all", {"aggregator": "FedAdam"}, 2),
-        (  # Flower's DP wrapper: clipping, and noise seeded from (seed, round)
-            "all",
-            {
-                "aggregator": "DifferentialPrivacyServerSideFixedClipping",
-                "aggregator-params.noise-multiplier": 0.3,
-                "aggregator-params.clipping-norm": 0.1,
-            },
-            2,
-        ),
+        # Flower's DP wrapper: clipping, and noise seeded from (seed, round)
+        ("all", dp({"noise-multiplier": 0.3, "clipping-norm": 0.1}), 2),
         ("fedcgd-gs", {**MNIST1D, "model": CNN1D, "channel.deadline-s": 0.004}, 1),
         ("fedcgd-fscd", {**MNIST1D, "model": CNN1D, "channel.deadline-s": 0.004}, 5),
         ("fedcgd-fscd", {"model": CENTRED}, 10),  # mixes the batch: sigma-hat per device
@@ -211,22 +201,6 @@ def test_a_poisoned_device_is_refused_alike(tmp_path: Path) -> None:
         torch.testing.assert_close(model_together[name], model_alone[name], rtol=REL, atol=0.0)
 
 
-def test_dropout_and_batch_normalisation_train_per_device(caplog) -> None:
-    model = build_model("cnn", 10, (3, 32, 32))
-    assert device_round.training_blockers(model) == [
-        "dropout masks come from each device's own seeded stream"
-    ]
-    assert device_round.training_blockers(build_model("cnn1d", 10, (1, 40))) == []
-    assert "batch normalisation" in device_round.training_blockers(bn_model())[0]
-    engine = Cohorts()
-    with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
-        engine._log_once("cnn", "train", "dropout")
-        engine._log_once("cnn", "train", "dropout")
-    (record,) = caplog.records  # once per model and kind
-    assert "training of model 'cnn'" in record.message, record.message
-    assert "one device at a time" in record.message, record.message
-
-
 def test_chunks_and_threads_give_the_same_results(tmp_path: Path, monkeypatch) -> None:
     run_config = validated_run_config(
         {**MNIST1D, "model": CNN1D, "num-devices": 9, "data-dir": str(tmp_path / "data")}
@@ -252,7 +226,9 @@ def test_chunks_and_threads_give_the_same_results(tmp_path: Path, monkeypatch) -
             np.testing.assert_allclose(wb[name].numpy(), wa[name].numpy(), rtol=REL, atol=0.0)
 
 
-def test_the_train_cohort_reuses_the_query_cohorts_statistics(tmp_path: Path, monkeypatch) -> None:
+def test_the_train_cohort_reuses_the_query_cohorts_statistics_and_an_engine_its_own_app(
+    tmp_path: Path, monkeypatch
+) -> None:
     run_config = validated_run_config({"num-devices": 6, "data-dir": str(tmp_path / "data")})
     nodes = [100 + v for v in range(6)]
     grid = app_grid(make_contexts(nodes, run_config, 6))
@@ -271,11 +247,6 @@ def test_the_train_cohort_reuses_the_query_cohorts_statistics(tmp_path: Path, mo
     other = ArrayRecord(build_model("mlp", 10, (1, 8, 8), seed=2).state_dict())
     send(grid, other, "train", nodes[:3])  # another model: computed anew
     assert computed == [6, 3]
-
-
-def test_an_engines_cohorts_reach_only_the_clientapp_built_with_it(
-    tmp_path: Path, monkeypatch
-) -> None:
     # No module global links an engine and a ClientApp: while one engine's cohorts are open,
     # Flower's ``app`` and another engine's ClientApp compute every device alone.
     from client_app.app import app as flower_app
@@ -284,7 +255,6 @@ def test_an_engines_cohorts_reach_only_the_clientapp_built_with_it(
     run_config = validated_run_config(
         {"model": MLP, "num-devices": 6, "data-dir": str(tmp_path / "data")}
     )
-    nodes = [100 + v for v in range(6)]
     contexts = make_contexts(nodes, run_config, 6)
     record = ArrayRecord(build_model(MLP, 10, (1, 8, 8), seed=1).state_dict())
     engine = Cohorts()
@@ -304,11 +274,9 @@ def test_the_first_evaluation_runs_on_one_torch_thread(tmp_path: Path, monkeypat
     seen: list[int] = []
     real = setup.evaluate
 
-    def recording(*args, **kwargs):
-        seen.append(torch.get_num_threads())
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(setup, "evaluate", recording)
+    monkeypatch.setattr(
+        setup, "evaluate", lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k)
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -367,20 +335,6 @@ def bn_model() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 8), torch.nn.BatchNorm1d(8))
 
 
-@pytest.mark.parametrize(
-    ("build", "shape"),
-    [
-        # mlp, cnn1d: test_every_reply_field...; models that mix: the tests above
-        (lambda: build_model("resnet18gn", 10, (3, 16, 16)), (3, 16, 16)),  # GroupNorm
-        (bn_model, (1, 8, 8)),  # BatchNorm in eval mode: its running statistics
-    ],
-    ids=["resnet18gn", "batchnorm"],
-)
-def test_models_that_compute_each_sample_apart_pass_the_check(build, shape: tuple) -> None:
-    x = torch.randn(8, *shape, generator=torch.Generator().manual_seed(1))
-    assert cohort.sample_mixing(build(), x, group_size=4) is None
-
-
 class CountingForward(torch.nn.Module):
     """A Linear model that counts its forward calls (copies share the count)."""
 
@@ -395,7 +349,7 @@ class CountingForward(torch.nn.Module):
         return self.linear(x)
 
 
-def test_the_check_of_mixed_samples_is_made_once_per_model_structure() -> None:
+def test_mixed_samples_are_checked_once_per_structure_dropout_and_batchnorm_train_alone(caplog):
     torch.manual_seed(0)
     x = torch.randn(6, 4)
     model = CountingForward()
@@ -409,3 +363,23 @@ def test_the_check_of_mixed_samples_is_made_once_per_model_structure() -> None:
     assert cohort.sample_mixing(other, x, group_size=3) is None  # nothing kept: checked again
     assert CountingForward.calls == 10
     assert all(p.dtype == torch.float32 for p in model.parameters())  # the copy was float64
+    # models that compute each sample apart pass (mlp, cnn1d: test_every_reply_field...; models
+    # that mix: the tests above): GroupNorm; BatchNorm in eval mode (its running statistics)
+    for model, shape in ((build_model("resnet18gn", 10, (3, 16, 16)), (3, 16, 16)),
+                         (bn_model(), (1, 8, 8))):  # fmt: skip
+        x = torch.randn(8, *shape, generator=torch.Generator().manual_seed(1))
+        assert cohort.sample_mixing(model, x, group_size=4) is None
+    # dropout and batch normalisation train per device
+    model = build_model("cnn", 10, (3, 32, 32))
+    assert device_round.training_blockers(model) == [
+        "dropout masks come from each device's own seeded stream"
+    ]
+    assert device_round.training_blockers(build_model("cnn1d", 10, (1, 40))) == []
+    assert "batch normalisation" in device_round.training_blockers(bn_model())[0]
+    engine = Cohorts()
+    with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
+        engine._log_once("cnn", "train", "dropout")
+        engine._log_once("cnn", "train", "dropout")
+    (record,) = caplog.records  # once per model and kind
+    assert "training of model 'cnn'" in record.message, record.message
+    assert "one device at a time" in record.message, record.message

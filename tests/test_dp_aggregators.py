@@ -28,6 +28,7 @@ from test_aggregators import (  # noqa: F401  (task_identity: a fixture)
     flower_directly,
     initial_model,
     run,
+    run_readme_attack_sweep,
     task_identity,
 )
 
@@ -113,19 +114,63 @@ def hand_round() -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]], li
     return reference, models, [1, 100, 7]  # |D_v| very unequal: DP weighs every upload 1
 
 
+def noisy(seed: int, server_round: int = 1) -> dict[str, np.ndarray]:
+    aggregator = make_aggregator(FIXED, {"noise-multiplier": 1.0, "clipping-norm": 1.0}, 3)[0]
+    reference, models, weights = hand_round()
+    result, _ = aggregate_uploads(aggregator, server_round, models, weights, reference, seed=seed)
+    assert result is not None
+    return result
+
+
+def test_the_noise_depends_on_the_seed_and_the_round_only_and_adaptive_noise_is_accepted():
+    np.random.seed(1)  # noqa: NPY002
+    first = noisy(7)
+    np.random.seed(2)  # noqa: NPY002  another global state before the call: the same noise
+    state = np.random.get_state()  # noqa: NPY002
+    again = noisy(7)
+    after = np.random.get_state()  # noqa: NPY002  ... and the global state is put back
+    assert state[0] == after[0] and np.array_equal(state[1], after[1]) and state[2:] == after[2:]
+    assert all(np.array_equal(first[k], again[k]) for k in first)
+    for other in (noisy(8), noisy(7, server_round=2)):
+        assert all(not np.array_equal(first[k], other[k]) for k in first)
+    # and it is noise: std z C / n = 1/3 around the clipped mean (1.2, 0.933, 0.167)
+    assert not np.allclose(first["w"], [1.2, 1.0 - 0.2 / 3], atol=1e-3)
+    # adaptive noise within what its clipped count allows is accepted (refused at the default
+    # clipped-count-stddev: test_bad_aggregator_settings_are_refused)
+    flat = {"aggregator-params.noise-multiplier": 1.0}  # V = 8: stddev 0.4, z < 0.8
+    flat["aggregator-params.clipped-count-stddev"] = 1.0
+    config = validated_run_config({"num-devices": V, "aggregator": ADAPTIVE, **flat})
+    assert config["aggregator"] == ADAPTIVE
+
+
 @pytest.mark.parametrize(
-    ("wrapper", "params"),
+    ("wrapper", "zero", "params", "devices", "z_updates"),
     [
-        (FIXED, {"noise-multiplier": 0.0, "clipping-norm": 1.0}),
-        (ADAPTIVE, {"noise-multiplier": 0.0, "initial-clipping-norm": 1.0}),
+        # built for 40 devices, a round of 3 uploads gets noise of std z C / 3, not z C / 40
+        (FIXED, {"noise-multiplier": 0.0, "clipping-norm": 1.0},
+         {"noise-multiplier": 1.0, "clipping-norm": 1.0}, 40, 1.0),
+        # Flower splits z between the clipped count (std sigma_b = 2) and the updates:
+        # z' = (z^-2 - (2 sigma_b)^-2)^-1/2 (Andrew et al., Theorem 1), 1.0328 at z = 1
+        (ADAPTIVE, {"noise-multiplier": 0.0, "initial-clipping-norm": 1.0},
+         {"noise-multiplier": 1.0, "initial-clipping-norm": 1.0, "clip-norm-lr": 1.0,
+          "clipped-count-stddev": 2.0}, 3, (1.0 - 1.0 / 16) ** -0.5),
     ],
     ids=["fixed", "adaptive"],
-)
-def test_noise_multiplier_zero_is_the_mean_of_the_clipped_updates(wrapper, params):
-    """And a BatchNorm-like integer counter passes: Flower scales a clipped update in place,
-    which numpy refuses for integers; they go to Flower as float64, back as the model's. No
-    scratch value of the round is left in the (checkpointed) attributes."""
-    aggregator = make_aggregator(wrapper, params, num_devices=3)[0]
+)  # fmt: skip
+def test_zero_noise_is_the_clipped_mean_and_the_noise_is_std_z_c_over_the_rounds_uploads(
+    wrapper, zero, params, devices, z_updates
+):
+    """Noise multiplier ``zero``: the mean of the clipped updates, and a BatchNorm-like integer
+    counter passes: Flower scales a clipped update in place, which numpy refuses for integers;
+    they go to Flower as float64, back as the model's. No scratch value of the round is left in
+    the (checkpointed) attributes.
+
+    Then the oracle of the noise: the hand-computed clipped mean plus Flower's documented draws
+    from the generator seeded for (seed, round): the adaptive wrapper's noisy clipped count
+    first, then one ``np.random.normal(0, std, shape)`` per array in the model's order. The
+    adaptive noise uses C_0 = 1 (which clips two of the three updates), although C has moved
+    for the next round (lr = 1: C_1 = exp(-(b - 1/2)), b the noisy fraction not clipped)."""
+    aggregator = make_aggregator(wrapper, zero, num_devices=3)[0]
     attributes = set(vars(aggregator))
     reference, models, weights = hand_round()
     reference["count"] = np.array([4], np.int64)
@@ -143,51 +188,6 @@ def test_noise_multiplier_zero_is_the_mean_of_the_clipped_updates(wrapper, param
         # two of three clipped, one of three not: b = 1/3 below the target 1 - q = 0.5, so C
         # grows: C <- C exp(-lr (1/3 - 1/2)), lr = 0.2 (the defaults)
         assert aggregator.clipping_norm == pytest.approx(math.exp(0.2 / 6), rel=1e-12)
-
-
-def noisy(seed: int, server_round: int = 1) -> dict[str, np.ndarray]:
-    aggregator = make_aggregator(FIXED, {"noise-multiplier": 1.0, "clipping-norm": 1.0}, 3)[0]
-    reference, models, weights = hand_round()
-    result, _ = aggregate_uploads(aggregator, server_round, models, weights, reference, seed=seed)
-    assert result is not None
-    return result
-
-
-def test_the_noise_depends_on_the_seed_and_the_round_only():
-    np.random.seed(1)  # noqa: NPY002
-    first = noisy(7)
-    np.random.seed(2)  # noqa: NPY002  another global state before the call: the same noise
-    state = np.random.get_state()  # noqa: NPY002
-    again = noisy(7)
-    after = np.random.get_state()  # noqa: NPY002  ... and the global state is put back
-    assert state[0] == after[0] and np.array_equal(state[1], after[1]) and state[2:] == after[2:]
-    assert all(np.array_equal(first[k], again[k]) for k in first)
-    for other in (noisy(8), noisy(7, server_round=2)):
-        assert all(not np.array_equal(first[k], other[k]) for k in first)
-    # and it is noise: std z C / n = 1/3 around the clipped mean (1.2, 0.933, 0.167)
-    assert not np.allclose(first["w"], [1.2, 1.0 - 0.2 / 3], atol=1e-3)
-
-
-@pytest.mark.parametrize(
-    ("wrapper", "params", "devices", "z_updates"),
-    [
-        # built for 40 devices, a round of 3 uploads gets noise of std z C / 3, not z C / 40
-        (FIXED, {"noise-multiplier": 1.0, "clipping-norm": 1.0}, 40, 1.0),
-        # Flower splits z between the clipped count (std sigma_b = 2) and the updates:
-        # z' = (z^-2 - (2 sigma_b)^-2)^-1/2 (Andrew et al., Theorem 1), 1.0328 at z = 1
-        (ADAPTIVE, {"noise-multiplier": 1.0, "initial-clipping-norm": 1.0, "clip-norm-lr": 1.0,
-                    "clipped-count-stddev": 2.0}, 3, (1.0 - 1.0 / 16) ** -0.5),
-    ],
-    ids=["fixed", "adaptive"],
-)  # fmt: skip
-def test_the_noise_is_std_z_c_over_the_rounds_uploads_c_the_norm_it_clipped_with(
-    wrapper, params, devices, z_updates
-):
-    """The oracle: the hand-computed clipped mean plus Flower's documented draws from the
-    generator seeded for (seed, round): the adaptive wrapper's noisy clipped count first, then
-    one ``np.random.normal(0, std, shape)`` per array in the model's order. The adaptive noise
-    uses C_0 = 1 (which clips two of the three updates), although C has moved for the next
-    round (lr = 1: C_1 = exp(-(b - 1/2)), b the noisy fraction not clipped)."""
     aggregator = make_aggregator(wrapper, params, devices)[0]
     reference, models, weights = hand_round()
     noise_before = dp_round_noise(aggregator, len(models))
@@ -241,11 +241,8 @@ def test_target_clipped_quantile_is_the_fraction_of_updates_clipped(quantile, lo
 def dp_run(tmp_path: Path, name: str, *, cohorts: bool = True, **changes: Any) -> dict:
     values = {"num-devices": 8, "num-server-rounds": 3, "data-dir": str(tmp_path / "data")}
     values |= {"aggregator": FIXED, "aggregator-params.noise-multiplier": 0.3}
-    values |= {
-        "aggregator-params.clipping-norm": CLIP,
-        **changes,
-        "result-dir": str(tmp_path / name),
-    }
+    values |= {"aggregator-params.clipping-norm": CLIP, **changes}
+    values |= {"result-dir": str(tmp_path / name)}
     run_inprocess(validated_run_config(values), cohorts=cohorts)
     return torch.load(tmp_path / name / MODEL_FILE)
 
@@ -273,17 +270,7 @@ def test_a_private_run_records_its_noise_and_repeats_under_cohorts_and_alone(tmp
         torch.testing.assert_close(alone[key], together[key], rtol=100 * REL64, atol=0.0)
 
 
-def test_adaptive_noise_within_what_its_clipped_count_allows_is_accepted():
-    """Refused at the default clipped-count-stddev: test_bad_aggregator_settings_are_refused."""
-    flat = {"aggregator-params.noise-multiplier": 1.0}  # V = 8: stddev 0.4, z < 0.8
-    flat["aggregator-params.clipped-count-stddev"] = 1.0
-    config = validated_run_config({"num-devices": V, "aggregator": ADAPTIVE, **flat})
-    assert config["aggregator"] == ADAPTIVE
-
-
 def test_readme_dp_measurement_command_runs(tmp_path):
-    from test_aggregators import run_readme_attack_sweep
-
     words = run_readme_attack_sweep(
         ".venv/bin/python tests/attack_sweep.py --policies fedcgd-fscd", tmp_path, "--rounds", "1"
     )

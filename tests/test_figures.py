@@ -121,12 +121,18 @@ def test_a_band_is_the_t_interval_inside_what_the_metric_can_be(
     plt.close(fig)
 
 
-def test_every_policy_and_aggregator_gets_its_own_colour_and_line_style() -> None:
+def test_metrics_are_labelled_and_each_policy_and_aggregator_gets_its_own_colour_and_style():
     from fedcgd_strategy.policies.registry import POLICY_NAMES as BUILT_IN
 
     assert metric("accuracy").label.endswith("(fraction correct)")
     assert "(count)" in metric("num_scheduled").label
     assert (metric("wemd").low, metric("wemd").high) == (0.0, 2.0)
+    fig, ax = plt.subplots()  # a count that stays at zero never gets ticks below zero
+    ax.plot([1, 2, 3], [0, 0, 0])
+    label_axis(ax, "num_scheduled")
+    fig.canvas.draw()
+    assert ax.get_ylim() == (0.0, 1.0) and _visible_ticks(ax.yaxis) == [0.0, 1.0]
+    plt.close(fig)
     assert policy_style("fedcgd-fscd")["linewidth"] > policy_style("bc")["linewidth"]
     assert policy_style("bc")["linestyle"] != policy_style("fedcgd-gs")["linestyle"]
     own = [f"lab.policies:Mine{i}" for i in range(9)] + ["/abs/fair.py:Fair"]
@@ -157,29 +163,6 @@ def test_every_policy_and_aggregator_gets_its_own_colour_and_line_style() -> Non
     colours = [to_hex(style["color"]) for style in styles]
     assert colours == [FSCD_COLOUR, "#aec7e8", BC_COLOUR, FSCD_COLOUR, "#aec7e8"]
     assert len({(to_hex(s["color"]), repr(s["linestyle"])) for s in styles}) == 5
-
-
-def test_a_comparison_figure_draws_own_policies_apart_and_is_titled_from_the_configs(
-    tmp_path: Path, figures: list[Any]
-) -> None:
-    shared = {"dataset": "digits", "partition": "dirichlet", "dirichlet-alpha": 0.3}
-    shared |= {"local-steps": 5, "num-devices": 12}
-    groups: dict[str, list[Path]] = {}
-    for policy in ("bc", OWN_POLICY, "fedcgd-fscd"):
-        for seed in (0, 1, 2):
-            folder = tmp_path / policy.rsplit(":", 1)[-1] / f"seed-{seed}"
-            write_run(folder, {**shared, "policy": policy, "seed": seed}, _lines(4))
-            groups.setdefault(policy, []).append(folder)
-    plot_mean_runs(groups, tmp_path / "mean.png")
-    (fig,) = figures
-    for ax in fig.axes:
-        assert len({(colour, style) for _, colour, style in _series(ax)}) == 3
-    assert [label for label, _, _ in _series(fig.axes[0])] == [
-        "FedCGD-FSCD (n=3)",
-        "BC (best channel) (n=3)",
-        "ProportionalFair (n=3)",
-    ]
-    assert fig.get_suptitle() == "digits · Dirichlet α = 0.3 · τ = 5 · V = 12 · 3 seeds"
 
 
 @pytest.mark.parametrize(
@@ -237,26 +220,7 @@ def test_plot_runs_labels_each_run_by_the_settings_that_differ(
     assert not all(t == int(t) for t in _visible_ticks(wemd.yaxis))  # not a count: untouched
 
 
-def test_runs_sharing_a_folder_name_are_labelled_by_the_parts_that_differ() -> None:
-    dirs = [Path("/r/a/seed-0"), Path("/r/b/seed-0"), Path("/r/a/seed-0")]
-    assert run_labels(dirs, ["poc"] * 3) == [
-        "POC (power of choice) · seed-0 #1",
-        "POC (power of choice) · b/seed-0",
-        "POC (power of choice) · seed-0 #2",
-    ]
-    assert run_labels(dirs[:2], ["poc", "bc"]) == ["POC (power of choice)", "BC (best channel)"]
-
-
-def test_a_count_that_stays_at_zero_never_gets_ticks_below_zero() -> None:
-    fig, ax = plt.subplots()
-    ax.plot([1, 2, 3], [0, 0, 0])
-    label_axis(ax, "num_scheduled")
-    fig.canvas.draw()
-    assert ax.get_ylim() == (0.0, 1.0) and _visible_ticks(ax.yaxis) == [0.0, 1.0]
-    plt.close(fig)
-
-
-def test_the_title_names_the_data_set_and_the_settings_of_the_runs() -> None:
+def test_the_title_names_the_data_set_and_settings_and_labels_name_the_parts_that_differ():
     def config(seed: int, alpha: float = 0.1, tau: int = 1) -> dict[str, Any]:
         task = {"dataset": "mnist1d", "partition": "dirichlet", "dirichlet_alpha": alpha}
         task |= {"imbalance_ratio": 1.0, "num_devices": 64, "seed": seed}
@@ -290,6 +254,14 @@ def test_the_title_names_the_data_set_and_the_settings_of_the_runs() -> None:
     odd["task"] |= {"partition": "shards", "shards_per_device": [1, 2], "imbalance_ratio": {}}
     title = settings_title([odd])
     assert title == "MNIST-1D · ? shards per device, r = ? · τ = 1 · V = 64 · seed 0"
+    # runs sharing a folder name are labelled by the parts that differ
+    dirs = [Path("/r/a/seed-0"), Path("/r/b/seed-0"), Path("/r/a/seed-0")]
+    assert run_labels(dirs, ["poc"] * 3) == [
+        "POC (power of choice) · seed-0 #1",
+        "POC (power of choice) · b/seed-0",
+        "POC (power of choice) · seed-0 #2",
+    ]
+    assert run_labels(dirs[:2], ["poc", "bc"]) == ["POC (power of choice)", "BC (best channel)"]
 
 
 @pytest.mark.parametrize(
@@ -322,27 +294,7 @@ def test_noisy_panels_draw_the_moving_average_over_the_faint_raw_line(
         assert list(accuracy.get_ydata()) == pytest.approx([0.1 * r for r in range(1, 31)])
 
 
-def test_the_sweep_figure_draws_error_bars_and_the_kaplan_meier_median(
-    tmp_path: Path, figures: list[Any]
-) -> None:
-    rows = [  # two seeds: bars; under half reached the target at τ = 5: no point there
-        {"sweep": f"local-steps={t}", "policy": "bc", "n_seeds": 2, "final_accuracy_mean": m}
-        | {"final_accuracy_ci95": 0.05, "rounds_to_target_km_median": km}
-        for t, m, km in ((1, 0.5, 630.0), (5, 0.6, math.inf))
-    ]
-    metrics = ["final_accuracy", "rounds_to_target"]
-    plot_sweep(rows, {"local-steps": [1, 5]}, metrics, tmp_path / "s.png", "T")
-    (fig,) = figures
-    accuracy, rounds = fig.axes
-    assert "95 % CI" in accuracy.get_title() and fig.get_suptitle() == "T"
-    (bars,) = accuracy.containers[0].lines[2]
-    assert [seg[1][1] - seg[0][1] for seg in bars.get_segments()] == pytest.approx([0.1, 0.1])
-    assert "Kaplan–Meier median" in rounds.get_title()
-    y = rounds.containers[0].lines[0].get_ydata()
-    assert y[0] == 630 and math.isnan(y[1])
-
-
-def test_estimates_of_each_fedcgd_variant_and_sweep_point_are_drawn_apart(
+def test_estimates_of_each_variant_and_sweep_point_are_drawn_apart_and_the_sweep_figure(
     tmp_path: Path, figures: list[Any]
 ) -> None:
     groups = {}
@@ -362,9 +314,25 @@ def test_estimates_of_each_fedcgd_variant_and_sweep_point_are_drawn_apart(
     assert series[1][0] == "FedCGD-FSCD, local-steps=5"
     box = fig.legends[0].get_window_extent()
     assert 0 <= box.x0 and box.x1 <= fig.bbox.width
+    # the sweep figure: error bars and the Kaplan-Meier median
+    rows = [  # two seeds: bars; under half reached the target at τ = 5: no point there
+        {"sweep": f"local-steps={t}", "policy": "bc", "n_seeds": 2, "final_accuracy_mean": m}
+        | {"final_accuracy_ci95": 0.05, "rounds_to_target_km_median": km}
+        for t, m, km in ((1, 0.5, 630.0), (5, 0.6, math.inf))
+    ]
+    metrics = ["final_accuracy", "rounds_to_target"]
+    plot_sweep(rows, {"local-steps": [1, 5]}, metrics, tmp_path / "s.png", "T")
+    _, fig = figures
+    accuracy, rounds = fig.axes
+    assert "95 % CI" in accuracy.get_title() and fig.get_suptitle() == "T"
+    (bars,) = accuracy.containers[0].lines[2]
+    assert [seg[1][1] - seg[0][1] for seg in bars.get_segments()] == pytest.approx([0.1, 0.1])
+    assert "Kaplan–Meier median" in rounds.get_title()
+    y = rounds.containers[0].lines[0].get_ydata()
+    assert y[0] == 630 and math.isnan(y[1])
 
 
-def test_mean_curves_group_by_the_settings_besides_the_seed_and_bands_can_be_left_out(
+def test_mean_curves_group_by_settings_besides_the_seed_bands_can_go_and_policies_apart(
     tmp_path: Path, figures: list[Any]
 ) -> None:
     """Seeds scheduling 0, 40 and 40 of V = 40 devices: mean 26.7, half-width t(0.975, 2) · 23.1
@@ -391,3 +359,22 @@ def test_mean_curves_group_by_the_settings_besides_the_seed_and_bands_can_be_lef
     assert (_band_y(with_bands.axes[1]).min(), _band_y(with_bands.axes[1]).max()) == (0.0, 40.0)
     assert len(lines_only.axes[0].collections) == 0
     assert _series(lines_only.axes[0]) == _series(with_bands.axes[0])
+    # a comparison figure draws own policies apart and is titled from the configs
+    shared = {"dataset": "digits", "partition": "dirichlet", "dirichlet-alpha": 0.3}
+    shared |= {"local-steps": 5, "num-devices": 12}
+    groups: dict[str, list[Path]] = {}
+    for policy in ("bc", OWN_POLICY, "fedcgd-fscd"):
+        for seed in (0, 1, 2):
+            folder = tmp_path / policy.rsplit(":", 1)[-1] / f"seed-{seed}"
+            write_run(folder, {**shared, "policy": policy, "seed": seed}, _lines(4))
+            groups.setdefault(policy, []).append(folder)
+    plot_mean_runs(groups, tmp_path / "mean.png")
+    _, _, fig = figures
+    for ax in fig.axes:
+        assert len({(colour, style) for _, colour, style in _series(ax)}) == 3
+    assert [label for label, _, _ in _series(fig.axes[0])] == [
+        "FedCGD-FSCD (n=3)",
+        "BC (best channel) (n=3)",
+        "ProportionalFair (n=3)",
+    ]
+    assert fig.get_suptitle() == "digits · Dirichlet α = 0.3 · τ = 5 · V = 12 · 3 seeds"

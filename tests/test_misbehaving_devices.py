@@ -16,7 +16,7 @@ from misbehaving import FAULTS, misbehaving, silent_like
 from run_results import lines
 from task_settings import all_available_run
 
-from fedcgd_strategy.aggregation import fedavg
+from fedcgd_strategy.aggregation import array_problem, fedavg, non_finite_arrays
 from fedcgd_strategy.flower.discovery import discover_nodes
 from fedcgd_strategy.flower.replies import (
     reported_norm_matches,
@@ -57,10 +57,8 @@ def run(tmp_path: Path, name: str, wrap, **overrides) -> tuple[list[dict], dict]
 
 
 def oracle(tmp_root: str, policy: str, fault: str) -> tuple[list[dict], dict]:
-    """The run in which the faulty device answers nothing where the fault would corrupt.
-
-    ``silent_like`` reads only the fault's message kinds: faults of the same kinds share a run.
-    """
+    """The run in which the faulty device answers nothing where the fault would corrupt (faults
+    of the same message kinds share a run: ``silent_like`` reads only those)."""
     return silent_run(
         tmp_root, policy, next(f for f in FAULTS if FAULTS[f].kinds == FAULTS[fault].kinds)
     )
@@ -134,10 +132,7 @@ def test_a_node_that_claims_another_partition_cannot_take_it_over():
     assert naive.node(victim) == NODES[FAULTY]
 
 
-# --- the pure rules, by hand --------------------------------------------------------------
-
-
-def test_update_norm_outliers_by_hand():
+def test_update_norm_outliers_and_the_round_histogram_rule_by_hand():
     norms = [1.0, 2.0, 3.0, 100.0]
     # Medians of the others: [3, 3, 2, 2]; k = 10 -> only 100 > 20 is refused.
     assert update_norm_outliers(norms, 10.0).tolist() == [False, False, False, True]
@@ -152,9 +147,23 @@ def test_update_norm_outliers_by_hand():
     assert update_norm_outliers([50.0], 10.0).tolist() == [False]
     # The absolute bound applies whatever k, even 0.
     assert update_norm_outliers([1.0, np.inf, 4e38], 0.0).tolist() == [False, True, True]
+    # Histograms: 5 local samples (3 of class 0, 2 of class 1) read cyclically for tau b = 12:
+    # q, r = 2, 2; class 0 appears 6 .. 6 + min(2, 3) = 8 times, class 1 4 .. 6 times.
+    said = "allowed with the local class counts reported at discovery:"
+    assert round_histogram_problem([5, 7], [3, 2], 12) == f"class 0 has 5 samples; {said} 6 .. 8"
+    assert (
+        round_histogram_problem([6, 3, 3], [3, 2, 1], 12) == f"class 1 has 3 samples; {said} 4 .. 4"
+    )
+    assert round_histogram_problem([7, 5], [3, 2], 12) is None
+    assert "sums to 13" in round_histogram_problem([8, 5], [3, 2], 12)
+    assert "class 0 has 9" in round_histogram_problem([9, 3], [3, 2], 12)
+    # A device without class 1 uses its 6 samples of class 0 exactly twice: 12 .. 12.
+    assert round_histogram_problem([12, 0], [6, 0], 12) is None
+    assert "class 0 has 6 samples" in round_histogram_problem([6, 6], [6, 0], 12)
+    assert "12 .. 12" in round_histogram_problem([6, 6], [6, 0], 12)
 
 
-def test_server_and_client_compute_the_same_update_norm():
+def test_server_and_client_compute_the_same_update_norm_and_a_reported_one_must_match():
     """One definition on both sides, also for floating buffers (BatchNorm running means), and
     by hand, where integer buffers do not count."""
     ref = {"w": np.zeros(2, np.float32), "n": np.array(3, np.int64)}
@@ -176,43 +185,26 @@ def test_server_and_client_compute_the_same_update_norm():
     server = update_norm(local, reference)
     assert client_update_norm(before, model.state_dict()) == pytest.approx(server, rel=1e-12)
     assert reported_norm_matches(client_update_norm(before, model.state_dict()), server)
+    # the rule: a reported norm must be that of the upload
+    assert reported_norm_matches(5.0, 5.0)
+    assert reported_norm_matches(5.0 + 4e-5, 5.0)  # 8e-6 relative: summation order
+    assert not reported_norm_matches(5.0 + 6e-5, 5.0)  # 1.2e-5 relative
+    assert not reported_norm_matches(1e3, 0.8)
+    assert reported_norm_matches(0.0, 5e-10) and not reported_norm_matches(0.0, 2e-9)
 
 
-def test_round_histogram_rule_by_hand():
-    # 5 local samples (3 of class 0, 2 of class 1) read cyclically for tau b = 12 samples:
-    # q, r = 2, 2; class 0 appears 6 .. 6 + min(2, 3) = 8 times, class 1 4 .. 6 times.
-    said = "allowed with the local class counts reported at discovery:"
-    assert round_histogram_problem([5, 7], [3, 2], 12) == f"class 0 has 5 samples; {said} 6 .. 8"
-    assert (
-        round_histogram_problem([6, 3, 3], [3, 2, 1], 12) == f"class 1 has 3 samples; {said} 4 .. 4"
-    )
-    assert round_histogram_problem([7, 5], [3, 2], 12) is None
-    assert "sums to 13" in round_histogram_problem([8, 5], [3, 2], 12)
-    assert "class 0 has 9" in round_histogram_problem([9, 3], [3, 2], 12)
-    # A device without class 1 uses its 6 samples of class 0 exactly twice: 12 .. 12.
-    assert round_histogram_problem([12, 0], [6, 0], 12) is None
-    assert "class 0 has 6 samples" in round_histogram_problem([6, 6], [6, 0], 12)
-    assert "12 .. 12" in round_histogram_problem([6, 6], [6, 0], 12)
-
-
-def test_an_upload_of_another_dtype_is_named_and_fedavg_keeps_the_models_dtype():
-    from fedcgd_strategy.aggregation import array_problem
-
+def test_an_upload_of_another_dtype_is_named_and_a_non_finite_aggregate_keeps_the_model():
     ref = np.zeros(2, np.float32)
     said = array_problem(np.ones(2, np.complex64), ref)
     assert said == "has dtype complex64; the model's is float32"
     assert array_problem(np.array(["a", "b"]), ref) == "has dtype <U1; the model's is float32"
     assert array_problem([1.0, 2.0], ref) == "is list, not a numeric array"
     out = fedavg([{"w": np.array([1, 3], np.int32)}, {"w": np.ones(2)}], [1, 1], {"w": ref})
-    assert out["w"].dtype == np.float32 and out["w"].tolist() == [1.0, 2.0]
-
-
-def test_a_non_finite_aggregate_keeps_the_model_and_says_why():
+    assert out["w"].dtype == np.float32 and out["w"].tolist() == [1.0, 2.0]  # the model's dtype
     # Replies cannot carry inf past the checks, so the last line of defence is tested directly:
     # two finite float64 uploads whose average does not fit float32 (the global model's dtype).
     from scripted_strategy import build
 
-    from fedcgd_strategy.aggregation import non_finite_arrays
     from fedcgd_strategy.flower.replies import DeviceReport
     from fedcgd_strategy.flower.strategy import RoundInProgress
     from fedcgd_task.settings import TrainingSettings
@@ -233,24 +225,22 @@ def test_a_non_finite_aggregate_keeps_the_model_and_says_why():
     assert strategy._aggregate([], state) == (None, "nothing uploaded")
 
 
-ONE_ROUND_ALL_AVAILABLE = {"num-server-rounds": 1, "channel.availability-prob": 1.0}
-
-
 def test_the_module_level_app_reads_the_fault_from_the_environment(tmp_path, monkeypatch):
     # What `flwr run` loads as `misbehaving:app`: the same fault, chosen by environment variables.
     import misbehaving
 
+    one_round = {"num-server-rounds": 1, "channel.availability-prob": 1.0}
     monkeypatch.setenv("FEDCGD_FAULT", "num-examples-1e15")
     monkeypatch.setenv("FEDCGD_FAULT_PARTITION", str(FAULTY))
 
     def flower_loads(_app):  # every node runs what `flwr run` loads as `misbehaving:app`
         return misbehaving.app
 
-    lines, _ = run(tmp_path, "env", flower_loads, policy="all", **ONE_ROUND_ALL_AVAILABLE)
+    lines, _ = run(tmp_path, "env", flower_loads, policy="all", **one_round)
     assert FAULTY in lines[0]["failed"]
     assert "num-examples" in lines[0]["failed_reasons"][str(FAULTY)]
     monkeypatch.delenv("FEDCGD_FAULT")
-    lines, _ = run(tmp_path, "plain", flower_loads, policy="all", **ONE_ROUND_ALL_AVAILABLE)
+    lines, _ = run(tmp_path, "plain", flower_loads, policy="all", **one_round)
     assert lines[0]["failed"] == [] and FAULTY in lines[0]["uploaded"]
 
 
@@ -310,11 +300,3 @@ def test_huge_python_ints_and_floats_are_refused_not_raised(key, value, match):
         return
     with pytest.raises(MalformedReplyError, match=match):
         read()
-
-
-def test_a_reported_update_norm_must_be_that_of_the_upload():
-    assert reported_norm_matches(5.0, 5.0)
-    assert reported_norm_matches(5.0 + 4e-5, 5.0)  # 8e-6 relative: summation order
-    assert not reported_norm_matches(5.0 + 6e-5, 5.0)  # 1.2e-5 relative
-    assert not reported_norm_matches(1e3, 0.8)
-    assert reported_norm_matches(0.0, 5e-10) and not reported_norm_matches(0.0, 2e-9)

@@ -162,24 +162,6 @@ def user_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def assert_finished_run(result_dir: Path, dataset: str, model: str, num_parameters: int) -> None:
-    """Three rounds, the hand-computed sizes, an accuracy over the 30 test samples."""
-    lines = [json.loads(x) for x in (result_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [line["round"] for line in lines] == [1, 2, 3]
-    # Every device is available (p_a = 1), so FedCGD asks each for σ̂ every round.
-    assert all(line["sigma"] is not None and math.isfinite(line["sigma"]) for line in lines)
-    assert all(line["num_scheduled"] >= 1 for line in lines)
-    config = json.loads((result_dir / "config.json").read_text())
-    assert config["num_classes"] == CLASSES
-    assert config["num_parameters"] == num_parameters
-    assert config["task"]["dataset"] == dataset and config["task"]["model"] == model
-    final = json.loads((result_dir / "summary.json").read_text())["final_accuracy"]
-    assert isinstance(final, float) and 0.0 <= final <= 1.0
-    correct = final * CLASSES * TEST_PER_CLASS  # accuracy over the 30 test samples
-    assert abs(correct - round(correct)) < 1e-9
-    assert json.loads((result_dir / "status.json").read_text())["state"] == "completed"
-
-
 def assert_two_rounds_uploaded(result_dir: Path, num_parameters: int) -> None:
     """Rounds 1 and 2 written, each with an upload; the hand-computed sizes in ``config.json``."""
     lines = [json.loads(x) for x in (result_dir / "metrics.jsonl").read_text().splitlines()]
@@ -208,7 +190,20 @@ def test_files_by_absolute_path_or_a_package_run_in_process_and_auto_sizes_the_m
     data, model = data.format(file=file), model.format(file=file)
     run_config = {**SMALL, "dataset": data, "model": model, "result-dir": str(out)}
     assert invoke(["inprocess", "--run-config", format_run_config(run_config)]) == 0
-    assert_finished_run(out, data, built or model, size)
+    # three rounds, the hand-computed sizes, an accuracy over the 30 test samples
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [line["round"] for line in lines] == [1, 2, 3]
+    # Every device is available (p_a = 1), so FedCGD asks each for σ̂ every round.
+    assert all(line["sigma"] is not None and math.isfinite(line["sigma"]) for line in lines)
+    assert all(line["num_scheduled"] >= 1 for line in lines)
+    config = json.loads((out / "config.json").read_text())
+    assert config["num_classes"] == CLASSES and config["num_parameters"] == size
+    assert config["task"]["dataset"] == data and config["task"]["model"] == (built or model)
+    final = json.loads((out / "summary.json").read_text())["final_accuracy"]
+    assert isinstance(final, float) and 0.0 <= final <= 1.0
+    correct = final * CLASSES * TEST_PER_CLASS  # accuracy over the 30 test samples
+    assert abs(correct - round(correct)) < 1e-9
+    assert json.loads((out / "status.json").read_text())["state"] == "completed"
 
 
 BAD = "bad_cases.py"
@@ -310,12 +305,10 @@ def test_data_and_model_drawing_from_the_global_generators_give_one_run_per_seed
     assert same_model(tmp_path / "a", tmp_path / "b")
 
 
-# --- the launcher (what `make run RUN_CONFIG=...` runs) ----------------------------------------
-
-
 @pytest.mark.slow
 def test_the_launcher_imports_the_users_modules_in_every_process(user_folder, tmp_path):
-    """``flwr run`` on our SuperLink: the ServerApp and the Ray workers import the modules.
+    """``make run RUN_CONFIG=...`` (``flwr run`` on our SuperLink): the ServerApp and the Ray
+    workers import the modules.
 
     The data set comes from ``PYTHONPATH`` (passed on to the SuperLink, the simulation and Ray's
     workers), the model from a file path.
@@ -341,10 +334,9 @@ def test_the_launcher_imports_the_users_modules_in_every_process(user_folder, tm
 def test_a_deployment_imports_modules_shipped_in_the_app_folder(tmp_path):
     """SuperNode processes, no ``PYTHONPATH``: the modules travel in the app bundle (FAB).
 
-    The app folder holds our ``pyproject.toml``, the two modules and a policy (the
-    proportional-fair example); ``server_app`` and
-    ``client_app`` come from the installed project, the modules only from the bundle that
-    ``flwr run`` ships to the SuperLink and the SuperNodes.
+    The app folder holds our ``pyproject.toml``, the two modules and a policy (the proportional-
+    fair example); ``server_app`` and ``client_app`` come from the installed project, the
+    modules only from the bundle that ``flwr run`` ships to the SuperLink and the SuperNodes.
     """
     from experiments.run.flwr_run import run_flwr
 

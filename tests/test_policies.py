@@ -51,16 +51,13 @@ def inputs(**changes: Any) -> RoundInputs:
     return RoundInputs(**fields)
 
 
-def test_non_candidate_rows_are_not_checked_and_nan_sigma_means_not_computed() -> None:
+def test_non_candidate_rows_are_not_checked_nan_sigma_is_not_computed_and_decision_terms() -> None:
     ok = inputs(sigma_v=np.array([np.nan, np.nan, -5.0]))
     assert math.isnan(ok.global_sigma())
     # eq. (global_est_sigma) by hand: α = [1, 3] / 4, σ̂² = 0.25 · 1² + 0.75 · 3² = 7
     assert inputs().global_sigma() == pytest.approx(math.sqrt(7.0))
     assert estimate_global_sigma([1.0, 3.0], [1.0, 3.0]) == pytest.approx(math.sqrt(7.0))
     assert estimate_global_sigma([2.5, 2.5, 2.5], [1.0, 7.0, 0.0]) == pytest.approx(2.5)
-
-
-def test_decision_terms_by_hand() -> None:
     decision = decision_from_mask(inputs(), np.array([True, True, False]))
     # p̄ = (0.625, 0.375): |0.125| + |0.125| = 0.25; σ̂ / sqrt(b |S|) = sqrt(7) / sqrt(8).
     assert decision.wemd == pytest.approx(0.25)
@@ -89,7 +86,7 @@ def test_protocol_rule() -> None:
         rule("bc", "push")
 
 
-def test_class_gradient_is_one_array_shape_per_variant() -> None:
+def test_class_gradient_is_one_array_shape_per_variant_and_misspelt_names_get_close_ones():
     context = PolicyContext(num_devices=3, num_classes=2, initial_g=2.0)
     g, gc = (
         make_policy(name, context).class_gradient for name in ("fedcgd-fscd", "fedcgd-fscd-gc")
@@ -97,9 +94,6 @@ def test_class_gradient_is_one_array_shape_per_variant() -> None:
     assert g is not None and g.tolist() == [2.0]
     assert gc is not None and gc.tolist() == [2.0, 2.0]
     assert make_policy("bc", context).class_gradient is None
-
-
-def test_a_misspelt_policy_name_gets_the_close_names() -> None:
     close = r"'policy' = 'fedcgd-fcsd'; did you mean fedcgd-fscd or fedcgd-cd\? allowed: "
     with pytest.raises(ValueError, match=close):
         policy_class("fedcgd-fcsd")
@@ -159,7 +153,7 @@ def test_wemd_sampling_and_objective_hand_values() -> None:
     assert problem.is_feasible(empty)
 
 
-def test_feasibility_read_only_arrays_and_masks() -> None:
+def test_feasibility_read_only_arrays_masks_and_good_values_unchanged_as_the_math_types():
     problem = SchedulingProblem(
         np.full((3, 2), 0.5), np.array([0.5, 0.5]), np.array([1.0, np.inf, 2.0]), 3.0, 1.0
     )
@@ -179,9 +173,6 @@ def test_feasibility_read_only_arrays_and_masks() -> None:
         example.objective(np.array([1, 0, 1, 0]))
     with pytest.raises(ValueError, match="mask"):
         example.objective(np.array([True, False]))
-
-
-def test_good_values_pass_unchanged_as_the_math_types() -> None:
     np.testing.assert_array_equal(as_nonnegative_array([0.0, 2.0], "g", shape=(2,)), [0.0, 2.0])
     for value, expected in [(0, 0), (2.0, 2), (np.int64(5), 5)]:
         out = check_integer(value, "local_steps", minimum=0)
@@ -207,9 +198,6 @@ def test_bad_values_are_refused_naming_the_argument_and_the_value(validate, args
         validate(*args)
 
 
-# --- device gradients --------------------------------------------------------------------------
-
-
 def test_device_gradient_estimates_hand_value_and_float32_kept():
     # (w^{j+1} − w^{j}) / (τ η) = [0.2, −0.4] / (2 · 0.1) = [1, −2]
     g = device_gradient_estimates(np.array([[0.2, -0.4]]), learning_rate=0.1, local_steps=2)
@@ -218,13 +206,10 @@ def test_device_gradient_estimates_hand_value_and_float32_kept():
     assert device_gradient_estimates(u, 0.5, 1).dtype == np.float32
 
 
-# --- eq. (G_est) --------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize(
     ("p2", "expected"),
     [
-        # g1 = [2, 0], g2 = [0, 4], weights [3, 1] -> α = [0.75, 0.25]
+        # eq. (G_est): g1 = [2, 0], g2 = [0, 4], weights [3, 1] -> α = [0.75, 0.25]
         # ∇F̂ = 0.75·[2, 0] + 0.25·[0, 4] = [1.5, 1]
         # ||g1 − F|| = ||[0.5, −1]|| = sqrt(1.25); ||g2 − F|| = ||[−1.5, 3]|| = 1.5 √5
         # p = [0.5, 0.5]; p1 = [1, 0] -> L1 = 1;  p2 = [0.25, 0.75] -> L1 = 0.5
@@ -242,14 +227,6 @@ def test_class_gradient_two_devices_hand_value(p2, expected):
     assert g == pytest.approx(expected)
     # everybody at the target: Ĝ keeps its previous value
     assert estimate_class_gradient(grads, [1.0, 1.0], np.full((2, 2), 0.5), UNIFORM2, 0.7) == 0.7
-
-
-def test_both_estimates_keep_the_previous_without_uploads():
-    empty = np.zeros((0, 10))
-    assert estimate_class_gradient(empty, [], np.zeros((0, 2)), UNIFORM2, previous=1.25) == 1.25
-    prev = np.array([0.5, 0.25])
-    out = estimate_per_class_gradient(np.zeros((0, 7)), [], np.zeros((0, 2)), UNIFORM2, prev)
-    np.testing.assert_array_equal(out, prev)
 
 
 def test_class_gradient_matches_slow_reference_on_random_input():
@@ -274,11 +251,8 @@ def test_class_gradient_matches_slow_reference_on_random_input():
     assert gradient_divergence_norms(grads, weights).dtype == np.float64
 
 
-# --- eq. (Gc_est) -------------------------------------------------------------------------------
-
-
-def test_per_class_gradient_hand_values_dominant_class_and_exclusion():
-    # P = 1: g = [3, 0, 0], equal weights -> ∇F̂ = 1; divergences |3−1| = 2, 1, 1.
+def test_per_class_gradient_hand_values_dominant_class_exclusion_and_no_uploads():
+    # eq. (Gc_est), P = 1: g = [3, 0, 0], equal weights -> ∇F̂ = 1; divergences 2, 1, 1.
     # p = [1/3]*3.  p1 = [1,0,0] (class 0): L1 = 2/3 + 1/3 + 1/3 = 4/3 -> ratio 2/(4/3) = 1.5
     #               p2 = [0,1,0] (class 1): L1 = 4/3 -> ratio 1/(4/3) = 0.75
     #               p3 = [0.8,0.2,0] (class 0): L1 = 7/15 + 2/15 + 5/15 = 14/15 -> 15/14
@@ -299,3 +273,9 @@ def test_per_class_gradient_hand_values_dominant_class_and_exclusion():
     grads = np.array([[4.0, 0.0], [0.0, 0.0]])
     out = estimate_per_class_gradient(grads, [1.0, 3.0], dist, target, [1.0, 2.0, 3.0])
     np.testing.assert_allclose(out, [1.0, 2.0, 7.5])
+    # both estimates keep the previous without uploads
+    empty = np.zeros((0, 10))
+    assert estimate_class_gradient(empty, [], np.zeros((0, 2)), UNIFORM2, previous=1.25) == 1.25
+    prev = np.array([0.5, 0.25])
+    out = estimate_per_class_gradient(np.zeros((0, 7)), [], np.zeros((0, 2)), UNIFORM2, prev)
+    np.testing.assert_array_equal(out, prev)

@@ -38,10 +38,8 @@ CLIENT_ACTOR_CLASS = "ClientAppActor"
 
 
 def clientapp_placement(address: str) -> dict[str, Any]:
-    """Where the ClientApp actors lived and where their ``run`` calls finished (node id -> count).
-
-    Reads the GCS's actor table and task events, kept without the dashboard for finished jobs too.
-    """
+    """Where the ClientApp actors lived and where their ``run`` calls finished (node id -> count),
+    from the GCS's actor table and task events (kept without the dashboard for finished jobs)."""
     import ray
     from ray._private import state
     from ray.core.generated import common_pb2, gcs_pb2
@@ -146,10 +144,8 @@ def test_the_documented_recipe_runs_clientapps_on_both_nodes_and_leaves_nothing(
 
 @dataclass(frozen=True)
 class Cluster:
-    """A head and a worker node (1 CPU each) at :data:`ADDRESS` in a namespace of their own.
-
-    ``pid``: the namespace's first process; ``worker``: the mark in the worker node's environment.
-    """
+    """A head and a worker node (1 CPU each) at :data:`ADDRESS` in a namespace of their own;
+    ``pid``: the namespace's first process, ``worker``: the worker node's environment mark."""
 
     pid: int
     worker: str

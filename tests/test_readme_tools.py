@@ -79,12 +79,9 @@ def run(subcommand: str, args: list[str]) -> subprocess.CompletedProcess[str]:
 def with_out(args: list[str], out: Path) -> list[str]:
     """``args`` with ``--out`` and ``--docs-png`` in ``out``, ``--compare-with`` this checkout."""
     args = list(args)
-    if "--compare-with" in args:
-        i = args.index("--compare-with")
-        args[i + 1] = str(PROJECT)
-    if "--docs-png" in args:
-        i = args.index("--docs-png")
-        args[i + 1] = str(out / "docs.png")
+    for flag, value in (("--compare-with", PROJECT), ("--docs-png", out / "docs.png")):
+        if flag in args:
+            args[args.index(flag) + 1] = str(value)
     if "--out" in args:
         i = args.index("--out")
         return [*args[:i], "--out", str(out), *args[i + 2 :]]
@@ -102,11 +99,6 @@ def _case(command: str, args: list[str]) -> object:
     return pytest.param(
         command, args, id=" ".join(args) or command, marks=[pytest.mark.slow] if slow else []
     )
-
-
-def test_every_tool_family_of_the_readme_is_covered() -> None:
-    assert {command for command, _ in CASES} == set(TINY)
-    assert all(commands(command) for command in PRINTING)
 
 
 @pytest.mark.slow  # 40 s: it times σ̂ on every model, ResNet-18 included
@@ -166,7 +158,9 @@ def test_readme_round_benchmark_command_runs(tmp_path: Path) -> None:
     assert "flwr" in proc.stdout and any(out.rglob("*.csv")), proc.stdout[-2000:]
 
 
-def test_every_documented_benchmark_names_a_benchmark_and_its_options() -> None:
+def test_every_tool_family_is_covered_and_each_benchmark_names_a_benchmark_and_its_options():
+    assert {command for command, _ in CASES} == set(TINY)
+    assert all(commands(command) for command in PRINTING)
     documented = [c for c in readme_commands() if BENCH_COMMAND.match(c)]
     assert {shlex.split(c)[3] for c in documented} >= {"solvers", "inprocess", "scale", "round"}
     for command in documented:

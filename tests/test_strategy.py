@@ -37,7 +37,7 @@ def assert_fedavg(new, pids) -> None:
         np.testing.assert_allclose(new[k].numpy(), want[k], rtol=1e-6, atol=1e-7)
 
 
-def test_schedule_reaches_exactly_the_solver_choice_and_aggregates_fedavg():
+def test_schedule_reaches_exactly_the_solver_or_post_training_choice_and_aggregates_fedavg():
     available = [True, True, True, True, False, True]
     min_bw = [3.0, 3.0, 2.0, 2.0, 1.0, 4.0]
     strategy, grid = build("fedcgd-fscd", make_draw(available, min_bw))
@@ -70,9 +70,17 @@ def test_schedule_reaches_exactly_the_solver_choice_and_aggregates_fedavg():
     assert rec.num_available == 5
     assert rec.bandwidth_used_hz == pytest.approx(float(np.sum(np.array(min_bw)[expected])))
     assert rec.sigma == pytest.approx(sigma)
+    # a post-training rule: everybody trains, the scheduled upload
+    draw = make_draw([True] * V, [4.0, 4.0, 4.0, 4.0, 4.0, 4.0])
+    strategy, grid = build("bn2", draw, protocol="train-all", total_bw=8.0)
+    msgs, new = run_round(strategy, grid)
+    assert len(msgs) == V  # everybody trains
+    # Update norms grow with the partition id: devices 5 and 4 have the largest.
+    assert strategy.last_record.scheduled == [4, 5]
+    assert_fedavg(new, [4, 5])
 
 
-def test_ideal_channel_everything_scheduled_equals_fedavg_and_fedcgd_updates_g():
+def test_ideal_channel_schedules_all_and_updates_g_and_nothing_feasible_keeps_the_model():
     # Ideal channel: all available, B* = 0. FedCGD with G = 0 minimises the sampling term
     # only, so it schedules everybody; the aggregate is FedAvg over all devices.
     draw = make_draw([True] * V, [0.0] * V)
@@ -92,6 +100,12 @@ def test_ideal_channel_everything_scheduled_equals_fedavg_and_fedcgd_updates_g()
     ratios = np.linalg.norm(deltas - mean, axis=1)[keep] / l1[keep]
     assert strategy.last_record.class_gradient_next == pytest.approx(ratios.max(), rel=1e-5)
     assert strategy.last_record.class_gradient_used == 0.0
+    # nothing feasible keeps the model
+    draw = make_draw([True] * V, [np.inf] * V)
+    strategy, grid = build("fedcgd-fscd", draw)
+    msgs, new = run_round(strategy, grid)
+    assert msgs == [] and new is None
+    assert strategy.last_record.model_kept and strategy.last_record.num_scheduled == 0
 
 
 def test_failing_devices_are_excluded_and_the_round_goes_on():
@@ -118,36 +132,6 @@ def test_failing_devices_are_excluded_and_the_round_goes_on():
     assert_fedavg(new, [5])
 
 
-def test_nothing_feasible_keeps_the_model():
-    draw = make_draw([True] * V, [np.inf] * V)
-    strategy, grid = build("fedcgd-fscd", draw)
-    msgs, new = run_round(strategy, grid)
-    assert msgs == [] and new is None
-    assert strategy.last_record.model_kept and strategy.last_record.num_scheduled == 0
-
-
-def test_post_training_policies_train_everyone_and_upload_the_scheduled():
-    draw = make_draw([True] * V, [4.0, 4.0, 4.0, 4.0, 4.0, 4.0])
-    strategy, grid = build("bn2", draw, protocol="train-all", total_bw=8.0)
-    msgs, new = run_round(strategy, grid)
-    assert len(msgs) == V  # everybody trains
-    # Update norms grow with the partition id: devices 5 and 4 have the largest.
-    assert strategy.last_record.scheduled == [4, 5]
-    assert_fedavg(new, [4, 5])
-
-
-def test_device_that_times_out_after_discovery_is_excluded():
-    draw = make_draw([True] * V, [0.0] * V)
-    strategy, grid = build("all", draw)
-    run_round(strategy, grid, 1)
-    assert strategy.last_record.scheduled == list(range(V))
-    grid.silent = {NODES[2]}  # answers nothing from now on: a timeout
-    _, new = run_round(strategy, grid, 2)
-    assert 2 in strategy.last_record.failed
-    assert strategy.last_record.uploaded == [0, 1, 3, 4, 5]
-    assert_fedavg(new, [0, 1, 3, 4, 5])
-
-
 def test_exact_time_limit_reaches_the_solver(monkeypatch):
     import fedcgd_strategy.policies.registry as policies
 
@@ -168,8 +152,6 @@ def test_exact_time_limit_reaches_the_solver(monkeypatch):
     assert seen["method"] == "exact" and seen["milp_time_limit_s"] == 2.5
     assert strategy.last_record.num_scheduled >= 1
 
-
-# --- every policy: budget, candidates, recorded terms ------------------------------------------
 
 BUDGET_DRAW = ([True, True, True, True, False, True], [3.0, 3.0, 2.0, 2.0, 1.0, 4.0])
 
@@ -236,10 +218,7 @@ def test_best_channel_packs_by_gain_not_by_id(gain, min_bw, total_bw, expected):
     assert strategy.last_record is not None and strategy.last_record.scheduled == expected
 
 
-# --- discovery: joins, leaves, duplicate claims ------------------------------------------------
-
-
-def test_node_that_joins_later_is_discovered_and_scheduled():
+def test_nodes_that_join_later_time_out_leave_or_claim_a_served_partition():
     draw = make_draw([True] * V, [0.0] * V)
     strategy, grid = build("all", draw)
     late = grid.handlers.pop(NODES[5])
@@ -248,10 +227,12 @@ def test_node_that_joins_later_is_discovered_and_scheduled():
     grid.handlers[NODES[5]] = late
     run_round(strategy, grid, 2)
     assert strategy.last_record.scheduled == list(range(V))
-
-
-def test_node_that_leaves_is_forgotten_and_a_duplicate_claimant_takes_over():
-    draw = make_draw([True] * V, [0.0] * V)
+    grid.silent = {NODES[2]}  # answers nothing from now on: a timeout
+    _, new = run_round(strategy, grid, 3)
+    assert 2 in strategy.last_record.failed
+    assert strategy.last_record.uploaded == [0, 1, 3, 4, 5]
+    assert_fedavg(new, [0, 1, 3, 4, 5])
+    # a node that leaves is forgotten and a duplicate claimant takes over (a new federation)
     strategy, grid = build("all", draw)
     # A seventh node claims partition 3, already served by NODES[3].
     twin = 5555
@@ -267,9 +248,6 @@ def test_node_that_leaves_is_forgotten_and_a_duplicate_claimant_takes_over():
     assert strategy.registry.node(3) == twin
     assert twin in {m.metadata.dst_node_id for m in msgs}
     assert strategy.last_record.uploaded == list(range(V))
-
-
-# --- no work a rule does not need ----------------------------------------------------------
 
 
 def sent_config(grid, kind):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from command_batch import in_one_process
+from test_aggregators import ADAPTIVE, dp
 
 from experiments.run.run_config import format_run_config
 
@@ -81,18 +82,12 @@ CASES = {
 }  # fmt: skip
 #: DP that clips every update to nothing: the fixed and the adaptive wrapper; with 40 devices
 #: the clipped mean moves the last bits of some weights (about 1 ulp), no more.
-FIXED = {
-    "aggregator": "DifferentialPrivacyServerSideFixedClipping",
-    "aggregator-params.clipping-norm": 1e-300,
-    "aggregator-params.noise-multiplier": 0.3,
-}
+FIXED = dp({"clipping-norm": 1e-300, "noise-multiplier": 0.3})
 FLAT = {
     "fixed": FIXED,
-    "adaptive": {
-        "aggregator": "DifferentialPrivacyServerSideAdaptiveClipping",
-        "aggregator-params.initial-clipping-norm": 1e-300,
-        "aggregator-params.noise-multiplier": 0.0,
-    },
+    "adaptive": dp(
+        {"noise-multiplier": 0.0, "clipping-norm": None, "initial-clipping-norm": 1e-300}, ADAPTIVE
+    ),
     "fixed-last-bits": {**FIXED, "num-devices": 40},
 }
 TINY = {"num-devices": 4, "num-server-rounds": 2}
@@ -120,14 +115,14 @@ def test_what_a_policy_raises_or_a_stuck_one_fails_the_run_in_one_line(ran, name
     [line] = [x for x in err if x.startswith("failed: ")]  # one line
     lines = POLICIES.splitlines()  # the line of the class's raise (in its ``fail``)
     raised = lines.index(f"class {name}(Fails):") + 3 if name != "ObserveFails" else 0
+    said = CASES[name][1].format(line=raised)
     if name == "Sleeps":
-        assert line == f"failed: {CASES[name][1].format(line=raised)}", line
+        assert line == f"failed: {said}", line
     elif name in ("ExitsZero", "Interrupts"):
-        assert line.startswith(f"failed: {CASES[name][1].format(line=raised)}"), line
+        assert line.startswith(f"failed: {said}"), line
     else:
-        assert line.startswith("failed: policy '") and line.split("', ", 1)[1].startswith(
-            CASES[name][1].format(line=raised)
-        ), line
+        assert line.startswith("failed: policy '"), line
+        assert line.split("', ", 1)[1].startswith(said), line
     assert "\x1b" not in done.stderr and "\x07" not in done.stderr
     status = json.loads((folder / "status.json").read_text())
     assert status["state"] == "failed" and status["last_round"] == 0, status
