@@ -516,9 +516,11 @@ PHRASES = {
         "rounds to 0.8 are unchanged ({reached τ5 bc})",
     ],
     RATIO: [
+        "Against FSCD-Gc over the three r: earlier in {r* gc won} of the {r* gc n} untied pairs "
+        "(sign test p = {r* gc sp}, {r* gc sph} after Holm)",
         "{best r9 low}–{best r9 high} for every policy but BN2 ({r9 bn2 best})",
-        "best accuracy ({r9 fscd best}) is above every baseline's: BC's (the best baseline, "
-        "{r9 bc best}) by {-r9 bc bΔ} (paired t-test, p = {r9 bc bp})",
+        "best accuracy ({r9 fscd best}) is above each of the four baselines': BC's (the best "
+        "baseline, {r9 bc best}) by {-r9 bc bΔ} (paired t-test, p = {r9 bc bp})",
         "Fed-CBS's by {-r9 cbs bΔ} (p = {r9 cbs bp}), POC's by {-r9 poc bΔ} (p = {r9 poc bp}), "
         "BN2's by {-r9 bn2 bΔ} (p = {r9 bn2 bp})", "becomes {r9 bn2 bph}",
         "FSCD-Gc is {-r9 gc bΔ} below (p = {r9 gc bp}, {r9 gc bph} after Holm: not significant; "
@@ -576,12 +578,12 @@ PHRASES = {
         "({τ1 bn2 wemd}), POC {τ1 poc sched} ({τ1 poc wemd}), Fed-CBS {τ1 cbs sched} "
         "({τ1 cbs wemd})", "(smallest Holm p {τ1 bc bph}",
         "none shown similar either (TOST p ≥ {tost τ1 least}; final accuracy BN2 {τ1 bn2 Δ}, POC "
-        "{τ1 poc Δ}, Fed-CBS {τ1 cbs Δ})", "untested: not shown different, not shown similar",
+        "{τ1 poc Δ}, Fed-CBS {τ1 cbs Δ})", "not shown: neither different nor similar",
         "{-τ1 gs bΔ} below FSCD's (p = {τ1 gs bp})",
         "final {τ5 cbs Δ} (p = {τ5 cbs p}, Holm {τ5 cbs ph}), best {τ5 cbs bΔ} (p = {τ5 cbs bp})",
         "FSCD-Gc best {τ5 gc bΔ} (p = {τ5 gc bp}, Holm {τ5 gc bph})", "GS best {τ5 gs bΔ}",
         "above Fed-CBS {-r3 cbs bΔ} and BN2 {-r3 bn2 bΔ} (Holm {r3 bn2 bph} each), POC "
-        "{-r3 poc bΔ} (Holm {r3 poc bph}), BC only {-r3 bc bΔ} (p = {r3 bc bp})",
+        "{-r3 poc bΔ} (Holm {r3 poc bph}), BC only {-r3 bc bΔ} (p = {r3 bc bp}",
         "BC, by {-r9 bc bΔ} (p = {r9 bc bp}, Holm {r9 bc bph}), above Fed-CBS by {-r9 cbs bΔ} "
         "(Holm {r9 cbs bph})",
         "FSCD {α.1 fscd median} and {α1 fscd median}, GS {α.1 gs median} and {α1 gs median}, BC "
@@ -594,9 +596,9 @@ PHRASES = {
         "{% gc τ1} % fewer ({τ1 gc sched} against {τ1 cbs sched}) at a best accuracy {gc−cbs τ1} "
         "higher (p = {gc−cbs τ1 p})", "τ = 5: {% gc τ5} % fewer",
         "in any of the 7 settings (smallest Holm p {gs holm least}), none shown similar (TOST p ≥ "
-        "{tost gs least})", "otherwise untested (not shown different, not shown similar)",
+        "{tost gs least})", "neither different nor similar in accuracy",
         "supports fewer devices; accuracy not shown different (higher, not significantly)",
-        "contradicts against BC; against the others not shown (no gap significant after Holm)",
+        "not shown (no gap significant after Holm; against BC neither a gap nor similarity)",
         "({α* gs won} of {α* gs n} untied pairs, Holm {α* gs sph})",
         "{τ5 gs lost} of 5 seeds (Holm {τ5 gs sph})",
         "ρ = {settings}, exact p = {exact p} (7 settings could show it: the least exact p is "
@@ -610,6 +612,10 @@ PHRASES = {
         "τ = 1: final {τ1 gc Δ} (p = {τ1 gc p}, Holm {τ1 gc ph}), median rounds to 0.8 "
         "{τ1 gc median} for both",
         "τ = 5: FSCD's final accuracy {-τ5 bc Δ} above BC's (p = {τ5 bc p}, Holm {τ5 bc ph})",
+        "BC only {-r3 bc bΔ} (p = {r3 bc bp}; TOST p = {tost r3 bc best})",
+        "(at α = 10 FSCD earlier in {α10 gs won} of 4 untied pairs, Holm {α10 gs sph})",
+        "in rounds to 0.7 over the r preset FSCD is earlier in {r* gc won} of {r* gc n} untied "
+        "pairs (Holm {r* gc sph})",
     ],
     "comparing.md": [
         "({d fscd sched} against {d bc sched}) at the lowest WEMD of all ({d fscd wemd} against "
