@@ -88,7 +88,7 @@ def _t2_cdf(t: float) -> float:
     ],
 )  # fmt: skip
 def test_the_paired_tost_by_hand(a: dict, b: dict, n: int, diff: float, p: float) -> None:
-    assert EQUIVALENCE_MARGIN == 0.01  # stated in docs/comparing.md, fixed before looking
+    assert EQUIVALENCE_MARGIN == 0.01  # stated in docs/comparing.md
     result = equivalence_test(a, b)
     assert (result.n, result.margin) == (n, 0.01)
     assert result.mean_diff == pytest.approx(diff, nan_ok=True)
