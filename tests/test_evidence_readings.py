@@ -622,7 +622,8 @@ PHRASES = {
         "higher (p = {gc−cbs τ1 p})", "τ = 5: {% gc τ5} % fewer",
         "in any of the 7 settings (smallest Holm p {gs holm least}), none shown similar (TOST p ≥ "
         "{tost gs least})", "neither different nor similar in accuracy",
-        "supports fewer devices; accuracy not shown different (higher, not significantly)",
+        "supports fewer devices; \"performs as\" not shown: Gc ahead, not significantly, and not "
+        "shown similar (TOST p ≥ {tost gc−cbs least})",
         "not shown (no gap significant after Holm; against BC neither a gap nor similarity)",
         "({α* gs won} of {α* gs n} untied pairs, Holm {α* gs sph})",
         "{τ5 gs lost} of 5 seeds (Holm {τ5 gs sph})",
