@@ -194,7 +194,7 @@ def run_policies(
     """A comparison on the simulation engine into ``out/<policy>/seed-<s>``; the tables."""
     seeds = check_comparison(policies, shared, seeds)
     with claim_folder(out, "--out"):
-        plans = plan_runs(policies, shared, out, seeds, target_accuracy)
+        plans = plan_runs(policies, shared, out, seeds)
         how = LaunchSettings("simulation", num_supernodes=num_supernodes)
         return run_points([("", plans)], out, how, target_accuracy)
 

@@ -143,13 +143,7 @@ class PlannedRun:
         return f"{reference_label(self.policy)}/seed-{self.seed}"
 
 
-def plan_run(
-    policy: str,
-    seed: int,
-    result_dir: Path,
-    shared: Mapping[str, Any],
-    target_accuracy: float | None = None,
-) -> PlannedRun:
+def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]) -> PlannedRun:
     """Keep a run with a ``summary.json`` (its files read), resume one with a checkpoint, else run.
 
     A kept run of other settings or with damaged files: ValueError (one line) before any start.
@@ -173,21 +167,15 @@ def plan_run(
             f"{result_dir}: {change}; a kept run's settings may not change: give another "
             "output folder, or remove its runs to run them again"
         )
-    summarise(result_dir, target_accuracy, seed)  # refused now if damaged; read again at the end
+    summarise(result_dir)  # refused now if damaged; its row is read again at the end
     return PlannedRun(policy, seed, result_dir, overrides, KEEP)
 
 
 def plan_runs(
-    policies: Sequence[str],
-    shared: Mapping[str, Any],
-    out: Path,
-    seeds: Iterable[int],
-    target_accuracy: float | None = None,
+    policies: Sequence[str], shared: Mapping[str, Any], out: Path, seeds: Iterable[int]
 ) -> list[PlannedRun]:
     """:func:`plan_run` for every (policy, seed), in the order they run."""
-    return [
-        plan_run(p, s, run_dir(out, p, s), shared, target_accuracy) for p in policies for s in seeds
-    ]
+    return [plan_run(p, s, run_dir(out, p, s), shared) for p in policies for s in seeds]
 
 
 def plan_points(
@@ -197,7 +185,6 @@ def plan_points(
     out: Path,
     claims: list[FolderClaim],
     option: str,
-    target_accuracy: float | None,
 ) -> list[tuple[str, list[PlannedRun]]]:
     """Each ``(label, settings)``'s runs planned in ``out/<label>`` (claimed: one command at a
     time), every run to start checked by ``preflight.check_before_start``."""  # noqa: D205, D209
@@ -208,7 +195,7 @@ def plan_points(
     for label, shared in variants:
         if label:
             claims.append(claim_folder(out / label, option))
-        points.append((label, plan_runs(policies, shared, out / label, seeds, target_accuracy)))
+        points.append((label, plan_runs(policies, shared, out / label, seeds)))
     for plan in (p for _, plans in points for p in plans if p.action != KEEP):
         probe_free(plan.result_dir, f"{plan.label}: result folder")
         config = with_resolved_data_dir(validated_run_config(plan.overrides))

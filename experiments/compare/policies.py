@@ -94,12 +94,11 @@ def compare(args: Mapping[str, Any], command: str | None = None) -> int:
         given = args["seeds"] if args["seeds"] is not None else [shared.pop("seed", 0)]
         variants = option_points(args["aggregators"], args["channels"], shared)
         seeds = [check_comparison(policies, s, given) for _, s in variants].pop()
-        target = args["target_accuracy"]
-        points = plan_points(policies, variants, seeds, out, claims, "--out", target)
+        points = plan_points(policies, variants, seeds, out, claims, "--out")
         ray = (args["ray_address"], args["cpus_per_run"], args["gpus_per_run"])
         how = launch_settings(
             args["engine"], args["jobs"], ray, "--", num_supernodes=args["num_supernodes"]
         )
-        return lambda: run_points(points, out, how, target).report()
+        return lambda: run_points(points, out, how, args["target_accuracy"]).report()
 
     return run_command(check, out, command)

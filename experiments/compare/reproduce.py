@@ -150,10 +150,7 @@ def reproduce(cfg: DictConfig, command: str | None = None) -> int:
         plans = planned_runs(cfg)
         check_figure_metrics(cfg.get("figure_metrics"))
         variants = [(point_label(point), overrides) for point, overrides in plans]
-        points = plan_points(
-            list(cfg.policies), variants, planned_seeds(cfg), out, claims, "out",
-            cfg.get("target_accuracy"),
-        )  # fmt: skip
+        points = plan_points(list(cfg.policies), variants, planned_seeds(cfg), out, claims, "out")
         ray = (
             launcher.get("ray-address"), launcher.get("cpus-per-run", 1.0),
             launcher.get("gpus-per-run", 0.0),
