@@ -150,7 +150,7 @@ def test_the_table_adjusts_each_p_column_by_holm_over_its_policies() -> None:
     assert rows["bc"]["rounds_to_target_km_median"] == math.inf  # 1 of 3
     assert rows["poc"]["rounds_to_target_km_median"] == 25  # 2 of 3 by round 25
     assert rows["fedcgd-fscd"]["rounds_to_target_km_median"] == 20
-    accuracy, *rounds = results.HOLM_FAMILIES
+    accuracy, *rounds, _ = results.HOLM_FAMILIES  # the TOSTs: the hand example below
     for family in rounds:  # each rounds test alone: two p-values, one per policy
         (column,) = family
         low, high = sorted(rows[p][column] for p in ("bc", "poc"))
@@ -174,18 +174,22 @@ def test_holm_runs_over_both_accuracy_endpoints_as_one_family() -> None:
     """4 p-values over two columns, by hand: 0.01, 0.03, 0.04, 0.5 (m = 4) become
     4 · 0.01 = 0.04, 3 · 0.03 = 0.09, 2 · 0.04 = 0.08 raised to 0.09, 1 · 0.5; per column
     (m = 2) they would be 0.02 / 0.03 and 0.08 / 0.5. The rounds tests stay their own
-    family: 0.0625 and 0.375 become 0.125 and 0.375."""
+    family: 0.0625 and 0.375 become 0.125 and 0.375. The TOSTs of both endpoints are a family
+    of their own: the same four p-values give the same four adjusted ones."""
     final, best = results.HOLM_FAMILIES[0]
+    tost, best_tost = results.HOLM_FAMILIES[-1]
     sign, wilcoxon = results.ROUNDS_TEST_COLUMNS[-2:]
 
     def row(p: float | None, best_p: float | None, sign_p: float | None) -> dict:
-        return {final: p, best: best_p, sign: sign_p, wilcoxon: None}
+        return {final: p, best: best_p, sign: sign_p, wilcoxon: None, tost: p, best_tost: best_p}
 
     rows = [row(None, None, None), row(0.01, 0.04, 0.0625), row(0.03, 0.5, 0.375)]
     results.adjust_by_holm(rows)
     assert [r[f"{final}_holm"] for r in rows[1:]] == pytest.approx([0.04, 0.09])
     assert [r[f"{best}_holm"] for r in rows[1:]] == pytest.approx([0.09, 0.5])
     assert [r[f"{sign}_holm"] for r in rows[1:]] == pytest.approx([0.125, 0.375])
+    assert [r[f"{tost}_holm"] for r in rows[1:]] == pytest.approx([0.04, 0.09])
+    assert [r[f"{best_tost}_holm"] for r in rows[1:]] == pytest.approx([0.09, 0.5])
     assert all(math.isnan(rows[0][f"{c}_holm"]) for c in results.P_COLUMNS)
     assert all(math.isnan(r[f"{wilcoxon}_holm"]) for r in rows)
 

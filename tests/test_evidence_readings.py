@@ -1011,3 +1011,17 @@ def test_the_attack_costs_in_aggregation_md() -> None:
         f"{cost('all', '3')} under `all` (p < 0.01); one attacker costs `all` {cost('all', '1')} "
         f"(p = 0.02), FedCGD-FSCD {cost('fedcgd-fscd', '1')} and BC {cost('bc', '1')}"
     ) in text
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_the_tables_tost_columns_are_the_paired_tost(preset: str) -> None:
+    """The committed tables' TOST columns: scipy's one-sided tests here; on digits, Holm's too."""
+    for (sweep, policy), row in _table(preset).items():
+        for column, prefix in ((FINAL, ""), (BEST, "best_")):
+            cell = row[f"{prefix}tost_p_vs_fedcgd_fscd"]
+            expected = None if policy == FSCD else _tost_p(preset, policy, sweep, column)
+            assert (cell == "") if expected is None else float(cell) == pytest.approx(expected)
+    if preset == DIGITS:
+        table = _table(DIGITS)
+        held = [float(table[("", p)]["best_tost_p_vs_fedcgd_fscd_holm"]) for p in ("bc", "fedcbs")]
+        assert held == pytest.approx(_tost_holm(DIGITS, "", (("bc", BEST), ("fedcbs", BEST))))

@@ -47,8 +47,8 @@ def paired_test(
     return PairedTest(int(a.size), mean_diff, float(stats.ttest_rel(a, b).pvalue))
 
 
-#: The equivalence margin of :func:`equivalence_test`, in accuracy (fixed before looking at the
-#: differences it tests: docs/comparing.md "One rule for many tests").
+#: The equivalence margin of :func:`equivalence_test`, in accuracy (docs/comparing.md "One rule
+#: for many tests" says when it was chosen).
 EQUIVALENCE_MARGIN = 0.01
 
 

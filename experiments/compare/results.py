@@ -25,7 +25,13 @@ from experiments.analysis.evidence import (
 )
 from experiments.analysis.figures import policy_name
 from experiments.analysis.plot_runs import load_run, plot_estimates, plot_mean_runs, plot_runs
-from experiments.analysis.statistics import holm, km_median, mean_ci95, paired_test
+from experiments.analysis.statistics import (
+    equivalence_test,
+    holm,
+    km_median,
+    mean_ci95,
+    paired_test,
+)
 from experiments.analysis.tables import write_csv
 from server_app.run_folder.files import atomic_write, read_json_object
 from server_app.run_folder.results import (
@@ -54,6 +60,7 @@ ROUNDS_TEST_COLUMNS = (
 #: family; each rounds-to-target test (sign, signed-rank) a family of its own.
 HOLM_FAMILIES = (
     (f"p_value{VS}", f"best_p_value{VS}"), (ROUNDS_TEST_COLUMNS[-2],), (ROUNDS_TEST_COLUMNS[-1],),
+    (f"tost_p{VS}", f"best_tost_p{VS}"),
 )  # fmt: skip
 #: Each p-value column, each with a Holm-adjusted twin (``<column>_holm``).
 P_COLUMNS = tuple(column for family in HOLM_FAMILIES for column in family)
@@ -65,6 +72,7 @@ TABLE_COLUMNS = (
     "rounds_to_target_km_median", "reached_target",
     *(f"{metric}_{stat}" for metric in METRICS[3:] for stat in ("mean", "ci95")),
     *(f"{prefix}{stat}{VS}" for prefix in ("", "best_") for stat in ("diff", "p_value")),
+    *(f"{prefix}tost_p{VS}" for prefix in ("", "best_")),
     *ROUNDS_TEST_COLUMNS, *(f"{column}_holm" for column in P_COLUMNS),
     "n_paired", "runs_with_lost_devices", "seeds",
 )  # fmt: skip
@@ -132,11 +140,12 @@ def table_rows(
             row["reached_target"] = sum(r is not None for r, _ in runs_reached)
         paired = policy != reference and bool(ref)
         for metric, prefix in PAIRED_METRICS.items():
-            test = paired_test(
-                {r["seed"]: r[metric] for r in group}, {r["seed"]: r[metric] for r in ref}
-            )
-            row[f"{prefix}diff{VS}"] = test.mean_diff if paired and test.n >= 2 else None
-            row[f"{prefix}p_value{VS}"] = test.p_value if paired and test.n >= 2 else None
+            mine, theirs = ({r["seed"]: r[metric] for r in side} for side in (group, ref))
+            test, tost = paired_test(mine, theirs), equivalence_test(mine, theirs)
+            tested = paired and test.n >= 2
+            row[f"{prefix}diff{VS}"] = test.mean_diff if tested else None
+            row[f"{prefix}p_value{VS}"] = test.p_value if tested else None
+            row[f"{prefix}tost_p{VS}"] = tost.p_value if tested else None
         row.update(dict.fromkeys(ROUNDS_TEST_COLUMNS))
         if paired and target_accuracy is not None:
             t = rounds_to_target_test(reached(group), reached(ref))
