@@ -68,6 +68,7 @@ COPY channel ./channel
 COPY client_app ./client_app
 COPY fedcgd_strategy ./fedcgd_strategy
 COPY fedcgd_task ./fedcgd_task
+COPY fedcgd_config ./fedcgd_config
 COPY server_app ./server_app
 COPY experiments ./experiments
 RUN pip install --no-deps --no-build-isolation . && rm -rf /tmp/build

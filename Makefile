@@ -31,7 +31,7 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check .
 
 typecheck: $(STAMP)
-	$(PY) -m mypy channel fedcgd_strategy server_app client_app fedcgd_task experiments benchmarks
+	$(PY) -m mypy channel fedcgd_strategy server_app client_app fedcgd_task fedcgd_config experiments benchmarks
 
 # Two test processes (pytest-xdist): most tests wait on child processes, so two share two cores
 # well (the README gives the measured time); PYTEST_WORKERS=0 runs them in one process.

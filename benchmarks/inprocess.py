@@ -27,8 +27,8 @@ from benchmarks.common import (
     with_ratio,
     write_table,
 )
+from fedcgd_config.settings import TaskSettings, default_run_config
 from fedcgd_task.datasets import load_test_set, load_train_set
-from fedcgd_task.settings import TaskSettings, default_run_config
 
 #: The benchmark's run config (the data and result folders, rounds, τ, policy, deadline and
 #: seed are added per run): the paper's device setting on MNIST-1D with its 1-D CNN.

@@ -20,7 +20,7 @@ from benchmarks import app
 from benchmarks.common import Rounds, Seed, compared, progress, replay, write_table
 from experiments.paper.settings import PAPER_CIFAR10
 from experiments.run.flwr_run import run_flwr
-from fedcgd_task.settings import default_run_config
+from fedcgd_config.settings import default_run_config
 from server_app.run_folder.results import read_metrics_lines
 
 #: CPUs per ClientApp in the simulation (two at a time on 2 cores).

@@ -20,8 +20,8 @@ from channel.pathloss import (
     pathloss_db,
     shadow_fading_std_db,
 )
-from fedcgd_task.schema import PATHLOSS_MODELS, SCHEMA
-from fedcgd_task.setting import check_value
+from fedcgd_config.schema import PATHLOSS_MODELS, SCHEMA
+from fedcgd_config.setting import check_value
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from channel.arrays import FloatArray
-from fedcgd_task.schema import PATHLOSS_MODELS as PATHLOSS_MODELS  # the first is the default
+from fedcgd_config.schema import PATHLOSS_MODELS as PATHLOSS_MODELS  # the first is the default
 
 #: c of TR 38.901 Table 7.4.1-1 note 1.
 SPEED_OF_LIGHT_M_PER_S: Final[float] = 3.0e8

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from channel.arrays import BoolArray, FloatArray
 from channel.cell import Cell, CellConfig, RoundDraw
-from fedcgd_task.imports import first_line
+from fedcgd_config.imports import first_line
 from fedcgd_task.npz import ArrayHeader, npz_headers
 
 #: Names of the arrays of a trace file, in the order they are written.

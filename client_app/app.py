@@ -1,4 +1,4 @@
-"""The Flower ClientApp of a FedCGD device (record keys in :mod:`fedcgd_task.keys`).
+"""The Flower ClientApp of a FedCGD device (record keys in :mod:`fedcgd_config.keys`).
 
 ``query.info`` (discovery), ``query.stats`` (paper Algorithm 3, lines 6-8) and ``train`` (the
 same statistics, then tau SGD steps); a handler's error costs the device its round.
@@ -31,7 +31,7 @@ from client_app.device_round import (
     seeded_for,
     train_device,
 )
-from fedcgd_task import keys
+from fedcgd_config import keys
 
 if TYPE_CHECKING:
     from client_app.cohort import Cohorts

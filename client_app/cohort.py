@@ -32,8 +32,8 @@ from client_app.device_round import (
 )
 from client_app.per_sample_norms import UnsupportedModelError, unsupported_reasons
 from client_app.sigma import gradient_spreads
-from fedcgd_task import keys
-from fedcgd_task.imports import first_line
+from fedcgd_config import keys
+from fedcgd_config.imports import first_line
 
 LOG = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from torch.nn.modules.dropout import _DropoutNd
 
 from client_app.per_sample_norms import CHUNK_BUDGET_FLOATS
 from client_app.sigma import gradient_spread, mode_kept
-from fedcgd_task import keys
+from fedcgd_config import keys
+from fedcgd_config.settings import TaskSettings, TrainingSettings, read_round_config
 from fedcgd_task.models import build_model
 from fedcgd_task.partition import LocalSplit, local_split
-from fedcgd_task.settings import TaskSettings, TrainingSettings, read_round_config
 from fedcgd_task.training import (
     compute_device,
     dropout_seed,

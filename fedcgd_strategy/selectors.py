@@ -15,8 +15,8 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fedcgd_config.schema import PACK_RULES as PACK_RULES  # "stop" (the paper's wording), "skip"
 from fedcgd_strategy.problem import as_nonnegative_array, check_integer
-from fedcgd_task.schema import PACK_RULES as PACK_RULES  # "stop" (the paper's wording), "skip"
 
 
 def best_effort_pack(

@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from fedcgd_task.imports import builtin_or_function, said
-from fedcgd_task.schema import MODELS
+from fedcgd_config.imports import builtin_or_function, said
+from fedcgd_config.schema import MODELS
 from fedcgd_task.training import seeded_generators
 
 #: What a model function is: ``(num_classes, input_shape) -> torch.nn.Module``.

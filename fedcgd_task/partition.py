@@ -16,7 +16,7 @@ from fedcgd_task.datasets import DataSplit, load_train_set
 if TYPE_CHECKING:
     import torch
 
-    from fedcgd_task.settings import TaskSettings
+    from fedcgd_config.settings import TaskSettings
 
 IntArray = npt.NDArray[np.int64]
 

@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn import functional as F  # noqa: N812 (torch convention)
 
 if TYPE_CHECKING:
-    from fedcgd_task.settings import TrainingSettings
+    from fedcgd_config.settings import TrainingSettings
 
 #: Tags mixed into the seeds of the batch and dropout streams, and the evaluation's seed.
 BATCH_STREAM, DROPOUT_STREAM, EVAL_STREAM = 0x42544348, 0x44524F50, 0x4556414C  # BTCH DROP EVAL

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedcgd_config.schema import MAX_SERVER_ROUNDS
+from fedcgd_config.settings import RECORDED, unread_settings
 from fedcgd_strategy.constructor_params import kebab
 from fedcgd_strategy.errors import OneLineMessage
-from fedcgd_task.schema import MAX_SERVER_ROUNDS
-from fedcgd_task.settings import RECORDED, unread_settings
 from server_app.config import RunConfig
 from server_app.run_folder.files import atomic_write, read_json_object
 from server_app.run_folder.folder_lock import FolderClaim, claim_folder

@@ -1,4 +1,5 @@
-"""The run config, read once into a frozen :class:`RunConfig` (keys: :mod:`fedcgd_task.schema`)."""
+"""The run config, read once into a frozen :class:`RunConfig`
+(keys: :mod:`fedcgd_config.schema`)."""  # noqa: D205, D209
 
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ import tomli_w
 
 from channel import CellConfig
 from channel.pathloss import PATHLOSS_MODELS
+from fedcgd_config.imports import import_object
+from fedcgd_config.schema import DEFAULTS, SETTINGS
+from fedcgd_config.settings import TaskSettings, TrainingSettings, read_part, set_nested
 from fedcgd_strategy.constructor_params import keyword_parameters
 from fedcgd_strategy.policies import Protocol, resolve_protocol
 from fedcgd_strategy.policies.registry import PolicyContext, canonical_policy, policy_class
-from fedcgd_task.imports import import_object
-from fedcgd_task.schema import DEFAULTS, SETTINGS
-from fedcgd_task.settings import TaskSettings, TrainingSettings, read_part, set_nested
 
 PARAMS_KEY, AGGREGATOR_PARAMS_KEY = "policy-params", "aggregator-params"
 PARAMS_PREFIX = PARAMS_KEY + "."

@@ -11,9 +11,9 @@ from flwr.app import ArrayRecord, MetricRecord
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
+from fedcgd_config.schema import SETTINGS
+from fedcgd_config.settings import RECORDED, default_run_config
 from fedcgd_strategy.record import RoundRecord
-from fedcgd_task.schema import SETTINGS
-from fedcgd_task.settings import RECORDED, default_run_config
 from server_app.checkpoint import save_checkpoint
 from server_app.config import parse_run_config
 from server_app.run_folder.results import ResultWriter, sync_run_files

@@ -18,6 +18,7 @@ from channel import Cell, ChannelModel, TraceError, TraceReplay, load_trace
 from channel.pathloss import PATHLOSS_MODELS
 from channel.report import BITS_PER_PARAM
 from channel.trace import trace_shape
+from fedcgd_config.imports import first_line, said
 from fedcgd_strategy.constructor_params import keyword_parameters
 from fedcgd_strategy.errors import RuleBrokenError
 from fedcgd_strategy.flower.aggregators import (
@@ -35,7 +36,6 @@ from fedcgd_strategy.policies.registry import (
 )
 from fedcgd_strategy.record import RoundRecord
 from fedcgd_task.datasets import DataSplit, load_test_set, load_train_set
-from fedcgd_task.imports import first_line, said
 from fedcgd_task.models import build_model, count_parameters
 from fedcgd_task.partition import all_partitions
 from fedcgd_task.training import compute_device, evaluate

@@ -23,7 +23,7 @@ from experiments.analysis.statistics import mean_ci95
 from experiments.analysis.tables import write_csv
 from experiments.compare.results import summarise
 from experiments.run.inprocess import InProcessGrid, node_contexts
-from fedcgd_task.settings import default_run_config
+from fedcgd_config.settings import default_run_config
 from server_app.app import run_federation
 from server_app.config import fold_policy_params, parse_run_config
 from server_app.run_folder.results import read_metrics_lines

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedcgd_task.settings import default_run_config
+from fedcgd_config.settings import default_run_config
 from server_app.config import parse_run_config
 from server_app.run_folder.results import holds_run
 from server_app.run_folder.run_status import COMPLETED, FAILED, RUNNING, RunStatus, write_status

@@ -16,8 +16,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from fedcgd_config import keys
 from fedcgd_strategy.flower.replies import update_norm
-from fedcgd_task import keys
 
 Handler = Callable[[Message, Context], Message]
 #: (reply, request, node's context) -> the corrupted reply.

@@ -11,10 +11,10 @@ from fake_grid import FakeGrid, make_contexts
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from channel import RoundDraw
+from fedcgd_config import keys
+from fedcgd_config.settings import TrainingSettings
 from fedcgd_strategy.flower.strategy import ScheduledStrategy
 from fedcgd_strategy.policies import PolicyContext, make_policy
-from fedcgd_task import keys
-from fedcgd_task.settings import TrainingSettings
 
 V, C = 6, 2
 NODES = [1000 + 7 * i for i in range(V)]

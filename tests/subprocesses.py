@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from fedcgd_task.schema import PROJECT_DIR
+from fedcgd_config.schema import PROJECT_DIR
 
 
 def assert_import_pulls_neither_flwr_nor_torch(*modules: str) -> None:

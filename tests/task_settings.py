@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedcgd_task.settings import TaskSettings
+from fedcgd_config.settings import TaskSettings
 
 BASE = TaskSettings(
     seed=0, num_devices=4, dataset="digits", data_dir="/tmp", model="mlp", partition="dirichlet",

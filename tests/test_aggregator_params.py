@@ -13,7 +13,7 @@ from test_aggregators import ADAPTIVE, FIXED, V, refused
 
 from experiments.cli import invoke
 from experiments.run.run_config import format_run_config
-from fedcgd_task.settings import default_run_config
+from fedcgd_config.settings import default_run_config
 from server_app.config import fold_policy_params, parse_run_config
 from server_app.run_folder.run_status import read_status
 

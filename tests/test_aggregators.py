@@ -28,6 +28,8 @@ from task_settings import checkpointed_run_config
 from experiments.cli import invoke
 from experiments.run.inprocess import Handler, run_inprocess
 from experiments.run.run_config import validated_run_config
+from fedcgd_config import keys
+from fedcgd_config.settings import default_run_config
 from fedcgd_strategy.aggregation import fedavg
 from fedcgd_strategy.flower.aggregators import (
     aggregate_uploads,
@@ -35,8 +37,6 @@ from fedcgd_strategy.flower.aggregators import (
     make_aggregator,
     noise_seed,
 )
-from fedcgd_task import keys
-from fedcgd_task.settings import default_run_config
 from server_app.app import run_federation
 from server_app.checkpoint import load_checkpoint
 from server_app.config import fold_policy_params, parse_run_config

@@ -11,7 +11,7 @@ from fake_grid import app_grid, make_contexts
 from run_results import lines
 
 from channel import CellConfig
-from fedcgd_task.settings import default_run_config
+from fedcgd_config.settings import default_run_config
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 from server_app.run_folder.results import MODEL_FILE

@@ -26,13 +26,13 @@ from test_aggregators import synthetic_uploads, task_identity  # noqa: F401  (a 
 from experiments.cli import invoke
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import format_run_config
+from fedcgd_config.settings import default_run_config
 from fedcgd_strategy.flower.aggregators import (
     aggregate_uploads,
     aggregator_state,
     load_aggregator_state,
     make_aggregator,
 )
-from fedcgd_task.settings import default_run_config
 from server_app.checkpoint import (
     CHECKPOINT_FILE,
     CheckpointRefusedError,

@@ -11,11 +11,11 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from client_app import app as client
-from fedcgd_task import keys
+from fedcgd_config import keys
+from fedcgd_config.settings import TaskSettings, TrainingSettings, default_run_config
 from fedcgd_task.datasets.images import load_digits_split
 from fedcgd_task.models import build_model
 from fedcgd_task.partition import local_split
-from fedcgd_task.settings import TaskSettings, TrainingSettings, default_run_config
 from fedcgd_task.training import local_batches
 
 RUN_CONFIG: dict[str, Any] = {  # the app's defaults, with a small federation

@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from channel.report import PAPER_CIFAR10_CNN_PARAMS
+from fedcgd_config.settings import TrainingSettings
 from fedcgd_task.datasets.images import load_cifar
 from fedcgd_task.models import build_model, count_parameters
-from fedcgd_task.settings import TrainingSettings
 from fedcgd_task.training import dropout_seed, evaluate, local_batches, train_local
 
 

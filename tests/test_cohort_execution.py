@@ -27,9 +27,9 @@ from client_app.app import make_app
 from client_app.cohort import Cohorts
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config
-from fedcgd_task import keys
+from fedcgd_config import keys
+from fedcgd_config.settings import default_run_config
 from fedcgd_task.models import build_model
-from fedcgd_task.settings import default_run_config
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 from server_app.run_folder.results import MODEL_FILE

@@ -18,6 +18,7 @@ import pytest
 from command_batch import in_one_process
 
 from experiments.run.run_config import format_run_config
+from fedcgd_config.schema import PROJECT_DIR
 from fedcgd_strategy.policies import (
     POLICY_NAMES,
     Decision,
@@ -28,7 +29,6 @@ from fedcgd_strategy.policies import (
 )
 from fedcgd_strategy.policies.check import PolicyDecisionError, check_decision
 from fedcgd_strategy.policies.core import BUDGET_REL_TOL
-from fedcgd_task.schema import PROJECT_DIR
 
 MHZ = 1e6
 RNG = np.random.default_rng(0)

@@ -16,8 +16,8 @@ from experiments.run.certificates import make_certificates
 from experiments.run.flwr_run import LocalFederation
 from experiments.run.processes import stop
 from experiments.run.run_config import format_run_config, validated_run_config
-from fedcgd_task.schema import PROJECT_DIR
-from fedcgd_task.settings import resolve_data_dir
+from fedcgd_config.schema import PROJECT_DIR
+from fedcgd_config.settings import resolve_data_dir
 from server_app.run_folder.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 
 

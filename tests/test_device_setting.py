@@ -12,8 +12,8 @@ import torch
 
 from experiments.run.flwr_run import LocalFederation
 from experiments.run.launcher import LaunchOptions, main
-from fedcgd_task.schema import SCHEMA
-from fedcgd_task.setting import check_value
+from fedcgd_config.schema import SCHEMA
+from fedcgd_config.setting import check_value
 from fedcgd_task.training import compute_device
 
 WHERE = "run-config key 'device'"

@@ -19,7 +19,7 @@ from subprocesses import fedcgd
 
 from experiments.cli import invoke
 from experiments.run.run_config import format_run_config
-from fedcgd_task.schema import PROJECT_DIR
+from fedcgd_config.schema import PROJECT_DIR
 from server_app.run_folder.files import ResultWriteError, append_line, atomic_write, sync_files
 
 SMALL = {"num-devices": 8, "num-server-rounds": 5, "channel.availability-prob": 0.8,

@@ -34,6 +34,7 @@ from test_aggregators import (  # noqa: F401  (task_identity: a fixture)
 
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config
+from fedcgd_config import keys
 from fedcgd_strategy.flower.aggregators import (
     aggregate_uploads,
     dp_round_noise,
@@ -41,7 +42,6 @@ from fedcgd_strategy.flower.aggregators import (
     noise_seed,
 )
 from fedcgd_strategy.flower.replies import update_norm
-from fedcgd_task import keys
 from server_app.run_folder.results import MODEL_FILE
 
 #: About the median update norm of the 8 devices' first rounds (0.18 .. 0.31): some clipped.

@@ -27,7 +27,7 @@ from subprocesses import (
 from experiments.cli import invoke
 from experiments.run.preflight import claim_run
 from experiments.run.run_config import format_run_config
-from fedcgd_task.schema import PROJECT_DIR
+from fedcgd_config.schema import PROJECT_DIR
 from server_app.checkpoint import CHECKPOINT_FILE, save_model
 from server_app.run_folder.files import atomic_write
 from server_app.run_folder.folder_lock import (

@@ -19,9 +19,9 @@ from test_resume_command import run_config_text
 from client_app.app import app as client_app
 from experiments.cli import invoke
 from experiments.compare.results import summarise, table_rows
+from fedcgd_config import keys
+from fedcgd_config.settings import default_run_config
 from fedcgd_strategy.flower.simulation import PatientGrid, SimulationStalledError, stall_alarm
-from fedcgd_task import keys
-from fedcgd_task.settings import default_run_config
 from server_app.app import run_federation, wait_for_nodes
 from server_app.config import parse_run_config
 from server_app.run_folder.run_status import read_status, run_outcome

@@ -17,8 +17,8 @@ from experiments.cli import invoke
 from experiments.compare.execution import run_policies
 from experiments.compare.plans import check_policies
 from experiments.run.run_config import format_run_config
-from fedcgd_task import keys
-from fedcgd_task.settings import default_run_config
+from fedcgd_config import keys
+from fedcgd_config.settings import default_run_config
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 from server_app.run_folder.results import METRICS_FILE

@@ -22,8 +22,8 @@ from run_results import assert_same_run, lines, rounds_written, two_policy_prese
 from subprocesses import FEDCGD, wait_for
 
 from experiments.run.run_config import format_run_config
-from fedcgd_task.schema import PROJECT_DIR
-from fedcgd_task.settings import default_run_config
+from fedcgd_config.schema import PROJECT_DIR
+from fedcgd_config.settings import default_run_config
 
 #: Seconds every process of a killed command has to be gone in.
 GONE_WITHIN_S = 5.0

@@ -13,7 +13,7 @@ import fedcgd_strategy
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Each package, by layer from the bottom; a module imports only its own layer or lower ones.
-LAYERS = ("fedcgd_task", "channel", "fedcgd_strategy", "server_app")
+LAYERS = ("fedcgd_config", "fedcgd_task", "channel", "fedcgd_strategy", "server_app")
 
 
 def _imports(path: Path) -> set[str]:
@@ -33,15 +33,16 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def test_the_task_imports_no_higher_layer_and_has_no_circle() -> None:
-    files = sorted((ROOT / "fedcgd_task").rglob("*.py"))
+def test_the_config_and_the_task_import_no_higher_layer_and_have_no_circle() -> None:
+    files = sorted(path for p in LAYERS[:2] for path in (ROOT / p).rglob("*.py"))
     modules = {_module(path): path for path in files}
     graph = {name: {m for m in _imports(path) if m in modules} for name, path in modules.items()}
     upward = {
         f"{name} -> {m}"
         for name, path in modules.items()
         for m in _imports(path)
-        if m.partition(".")[0] in (*LAYERS[1:], "client_app", "experiments")
+        if m.partition(".")[0]
+        in (*LAYERS[LAYERS.index(name.partition(".")[0]) + 1 :], "client_app", "experiments")
     }
     assert not upward
     done: set[str] = set()
@@ -67,4 +68,5 @@ def test_the_strategy_outside_flower_and_the_channel_import_neither_flwr_nor_tor
     pure = {"policies.registry", "nodes", "problem", "solvers.heuristics", "solvers.exact"}
     assert {f"fedcgd_strategy.{m}" for m in pure} <= set(modules) and len(modules) >= 15
     channel = ("channel", "channel.report", "channel.cell", "channel.bandwidth")
-    assert_import_pulls_neither_flwr_nor_torch(*modules, *channel)
+    config = ("fedcgd_config.settings", "fedcgd_config.keys", "fedcgd_config.imports")
+    assert_import_pulls_neither_flwr_nor_torch(*modules, *channel, *config)

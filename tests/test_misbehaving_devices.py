@@ -16,6 +16,8 @@ from misbehaving import FAULTS, misbehaving, silent_like
 from run_results import lines
 from task_settings import all_available_run
 
+from fedcgd_config import keys
+from fedcgd_config.settings import default_run_config
 from fedcgd_strategy.aggregation import array_problem, fedavg, non_finite_arrays
 from fedcgd_strategy.flower.discovery import discover_nodes
 from fedcgd_strategy.flower.replies import (
@@ -25,8 +27,6 @@ from fedcgd_strategy.flower.replies import (
     update_norm_outliers,
 )
 from fedcgd_strategy.nodes import NodeRegistry
-from fedcgd_task import keys
-from fedcgd_task.settings import default_run_config
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 from server_app.run_folder.results import MODEL_FILE
@@ -205,9 +205,9 @@ def test_an_upload_of_another_dtype_is_named_and_a_non_finite_aggregate_keeps_th
     # two finite float64 uploads whose average does not fit float32 (the global model's dtype).
     from scripted_strategy import build
 
+    from fedcgd_config.settings import TrainingSettings
     from fedcgd_strategy.flower.replies import DeviceReport
     from fedcgd_strategy.flower.strategy import RoundInProgress
-    from fedcgd_task.settings import TrainingSettings
 
     reference = {"w": np.zeros(2, np.float32)}
     huge = {"w": np.full(2, 1e39)}

@@ -20,6 +20,11 @@ import torch
 from torch import nn
 
 from client_app import per_sample_norms as psn
+from fedcgd_config.settings import (
+    TaskSettings,
+    default_run_config,
+    unread_settings,
+)
 from fedcgd_task.datasets import load_data
 from fedcgd_task.datasets import mnist1d as mnist1d_module
 from fedcgd_task.datasets.mnist1d import (
@@ -27,11 +32,6 @@ from fedcgd_task.datasets.mnist1d import (
     load_mnist1d,
     mnist1d_arguments,
     mnist1d_cache_path,
-)
-from fedcgd_task.settings import (
-    TaskSettings,
-    default_run_config,
-    unread_settings,
 )
 
 #: A small sample count: 20 of each digit, int(200 * 0.8) = 160 training and 40 test samples.

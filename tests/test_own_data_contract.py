@@ -16,9 +16,9 @@ import pytest
 import torch
 from torch import nn
 
+from fedcgd_config.settings import TaskSettings, default_run_config
 from fedcgd_task.datasets import check_data, load_data
 from fedcgd_task.models import build_model
-from fedcgd_task.settings import TaskSettings, default_run_config
 
 # --- the built-ins through the same interface ------------------------------------------------
 
@@ -147,7 +147,7 @@ def test_a_data_dir_keyword_or_kwargs_receive_the_folder_and_nothing_else_is_pas
         len(load_data(f"{module}:{name}", folder)[0]) for name in ("keyword", "kwargs", "bare")
     ]
     assert sizes == [4, 6, 8]
-    from fedcgd_task.imports import import_object
+    from fedcgd_config.imports import import_object
 
     seen = import_object(f"{module}:SEEN", "dataset")
     assert seen == [("keyword", folder, 3), ("kwargs", {"data_dir": folder}), ("bare", 2)]

@@ -26,7 +26,7 @@ from experiments.run.run_config import (
     split_run_config_text,
     validated_run_config,
 )
-from fedcgd_task.schema import flatten
+from fedcgd_config.schema import flatten
 from server_app.config import fold_policy_params, read_params
 
 #: A folder name with a space, both quotes, a backslash, non-ASCII and non-BMP characters.

@@ -8,9 +8,9 @@ import re
 import pytest
 from task_settings import make_settings, refused_before_start
 
+from fedcgd_config.settings import default_run_config
 from fedcgd_task.datasets import load_data
 from fedcgd_task.partition import partition_indices
-from fedcgd_task.settings import default_run_config
 from server_app.checkpoint import CHECKPOINT_FILE
 from server_app.run_folder.results import METRICS_FILE
 from server_app.run_folder.run_status import (

@@ -30,7 +30,7 @@ from run_results import comparable, same_model
 from subprocesses import wait_for
 
 from experiments.compare.reproduce import CONF_DIR, reproduce
-from fedcgd_task.schema import PROJECT_DIR
+from fedcgd_config.schema import PROJECT_DIR
 
 PROBE_PREFIX = "CLIENTAPP-PLACEMENT "
 #: Flower's ClientApp actor class in Ray.

@@ -23,7 +23,7 @@ from experiments.compare import execution
 from experiments.compare.reproduce import CONF_DIR, reproduce
 from experiments.run.flwr_run import _free_port
 from experiments.run.ray_runs import TOKEN_FILE
-from fedcgd_task.schema import PROJECT_DIR
+from fedcgd_config.schema import PROJECT_DIR
 
 TINY = ["policies=[bc]", "seeds=[0]", "sweep.local-steps=[1]", "++run.num-server-rounds=1",
         "++run.num-devices=4"]  # fmt: skip

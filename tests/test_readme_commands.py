@@ -43,7 +43,7 @@ from experiments.run.run_config import (
     parse_run_config_text,
     validated_run_config,
 )
-from fedcgd_task.imports import reference_label
+from fedcgd_config.imports import reference_label
 
 ROUNDS, DEVICES = 2, 4
 SLOW = pytest.mark.slow

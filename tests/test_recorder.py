@@ -27,8 +27,8 @@ from run_results import lines
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
 
+from fedcgd_config.settings import default_run_config
 from fedcgd_strategy.record import RoundRecord
-from fedcgd_task.settings import default_run_config
 from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint, load_checkpoint
 from server_app.config import parse_run_config
 from server_app.recorder import RoundRecorder

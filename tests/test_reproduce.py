@@ -19,7 +19,7 @@ from experiments.compare.reproduce import (
     sweep_points,
 )
 from experiments.paper.settings import PAPER_CIFAR10
-from fedcgd_task.settings import default_run_config
+from fedcgd_config.settings import default_run_config
 from server_app.config import parse_run_config
 
 PRESETS = sorted(p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml"))

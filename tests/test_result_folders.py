@@ -225,7 +225,7 @@ def test_killed_between_final_checkpoint_and_model_is_finished_by_resume(capsys,
 
 
 def test_a_folder_is_named_by_what_tells_the_run_apart_and_a_policy_label_by_its_name():
-    from fedcgd_task.settings import default_run_config
+    from fedcgd_config.settings import default_run_config
     from server_app.config import run_folder_name
 
     defaults = default_run_config()

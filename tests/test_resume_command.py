@@ -26,7 +26,7 @@ from experiments.cli import app
 from experiments.cli.options import given_options, started_as
 from experiments.run.resume_command import single_run_line
 from experiments.run.run_config import format_run_config as run_config_text
-from fedcgd_task.schema import PROJECT_DIR
+from fedcgd_config.schema import PROJECT_DIR
 from server_app.run_folder.run_status import COMPLETED, FAILED, RUNNING, RunStatus, write_status
 
 CONTINUE = "to continue after round "

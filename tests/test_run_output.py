@@ -12,7 +12,7 @@ from fake_grid import app_grid, make_contexts
 from flwr.supercore.logger import FLOWER_LOGGER
 
 from experiments.run.flwr_run import stream_output, strip_ansi
-from fedcgd_task.settings import default_run_config
+from fedcgd_config.settings import default_run_config
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 

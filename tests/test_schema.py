@@ -1,9 +1,9 @@
-"""The run config's schema (fedcgd_task/schema.py) against pyproject.toml, the docs and the code.
+"""The run config's schema (fedcgd_config/schema.py) against pyproject.toml, the docs and the code.
 
 Each key's default is written once, in pyproject.toml's ``[tool.flwr.app.config]`` (Flower and
 the schema read it there); its range and help once, in the schema; users read docs/running.md's
 settings table, which must be the schema's. The checker is tested on hand-written values, and
-the task's views of the run config and the round's ConfigRecord (fedcgd_task/settings.py).
+the task's views of the run config and the round's ConfigRecord (fedcgd_config/settings.py).
 """
 
 from __future__ import annotations
@@ -20,25 +20,25 @@ from typing import Any
 import pytest
 
 from experiments.cli.tools import settings_table
-from fedcgd_task import keys
-from fedcgd_task.schema import PROJECT_DIR, SCHEMA, SETTINGS, flatten, read
-from fedcgd_task.setting import Setting, check_value
-from fedcgd_task.settings import TaskSettings, TrainingSettings, read_part, read_round_config
+from fedcgd_config import keys
+from fedcgd_config.schema import PROJECT_DIR, SCHEMA, SETTINGS, flatten, read
+from fedcgd_config.setting import Setting, check_value
+from fedcgd_config.settings import TaskSettings, TrainingSettings, read_part, read_round_config
 
 REGENERATE = "regenerate it: .venv/bin/fedcgd settings --markdown, between the markers"
 
 
 def test_a_default_is_written_once_in_pyproject_also_for_an_installed_wheel(tmp_path):
-    # a wheel carries pyproject.toml as fedcgd_task/pyproject.toml: change a default there only
-    package = tmp_path / "fedcgd_task"
+    # a wheel carries pyproject.toml as fedcgd_config/pyproject.toml: change a default there only
+    package = tmp_path / "fedcgd_config"
     package.mkdir()
     for name in ("__init__.py", "imports.py", "setting.py", "schema.py"):
-        (package / name).write_text((PROJECT_DIR / "fedcgd_task" / name).read_text())
+        (package / name).write_text((PROJECT_DIR / "fedcgd_config" / name).read_text())
     text = (PROJECT_DIR / "pyproject.toml").read_text()
     assert "\nnum-devices = 40\n" in text and "\ndeadline-s = 0.012\n" in text
     text = text.replace("\nnum-devices = 40\n", "\nnum-devices = 7\n")
     (package / "pyproject.toml").write_text(text.replace("deadline-s = 0.012", "deadline-s = 0.5"))
-    code = "from fedcgd_task.schema import SCHEMA as S; print(S['num-devices'].default, "
+    code = "from fedcgd_config.schema import SCHEMA as S; print(S['num-devices'].default, "
     code += "S['channel.deadline-s'].default)"
     shown = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
@@ -75,7 +75,7 @@ KEY = operator.attrgetter("key")
 
 @pytest.mark.parametrize("setting", NUMBERS, ids=KEY)
 def test_each_bound_is_enforced_at_its_edge(setting: Setting):
-    from fedcgd_task.settings import default_run_config
+    from fedcgd_config.settings import default_run_config
     from server_app.config import parse_run_config
 
     step = 1 if type(setting.default) is int else 1e-9 * max(1.0, abs(setting.minimum or 1.0))
@@ -161,7 +161,7 @@ def test_one_attribute_says_what_describes_a_run():
     """Checkpoint identity, folder names, figure labels and indicator pairing leave out the same
     settings: those whose ``computes`` is false (where or how a run runs or reports)."""
     from experiments.analysis.plot_runs import UNLABELLED
-    from fedcgd_task.settings import RECORDED, unread_settings
+    from fedcgd_config.settings import RECORDED, unread_settings
     from server_app.config import UNNAMED_KEYS
 
     unread = unread_settings({"task": {"dataset": "mnist1d"}})

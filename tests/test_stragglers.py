@@ -18,9 +18,9 @@ from task_settings import all_available_run
 from wrapped_project import run_wrapped
 
 from experiments.run.inprocess import InProcessGrid
+from fedcgd_config import keys
 from fedcgd_strategy.flower.discovery import settle_pending
 from fedcgd_strategy.nodes import Pending, PendingMessages
-from fedcgd_task import keys
 from server_app.run_folder.results import METRICS_FILE
 
 TESTS = Path(__file__).resolve().parent

@@ -25,9 +25,9 @@ from scripted_strategy import (
     scripted_client,
 )
 
+from fedcgd_config import keys
 from fedcgd_strategy import SchedulingProblem, solve
 from fedcgd_strategy.policies import POLICY_NAMES, PolicyContext, make_policy
-from fedcgd_task import keys
 
 
 def assert_fedavg(new, pids) -> None:

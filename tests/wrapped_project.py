@@ -17,7 +17,7 @@ from typing import Any
 from unittest import mock
 
 from experiments.run.flwr_run import run_flwr
-from fedcgd_task.schema import PROJECT_DIR
+from fedcgd_config.schema import PROJECT_DIR
 
 #: The ``clientapp`` line of ``[tool.flwr.app.components]`` in our pyproject.toml.
 CLIENTAPP_LINE = re.compile(r'^clientapp\s*=\s*"[^"]*"\s*$', re.MULTILINE)

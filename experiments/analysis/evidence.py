@@ -13,7 +13,7 @@ import numpy as np
 from scipy import stats
 
 from experiments.analysis.plot_runs import load_run
-from fedcgd_task.settings import unread_settings
+from fedcgd_config.settings import unread_settings
 from server_app.run_folder.files import read_json_object
 from server_app.run_folder.results import CODE_KEY, CONFIG_FILE
 from server_app.run_folder.run_status import flat_settings

@@ -16,8 +16,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from experiments.analysis import figures
-from fedcgd_task.imports import reference_label
-from fedcgd_task.settings import WHERE_AND_HOW
+from fedcgd_config.imports import reference_label
+from fedcgd_config.settings import WHERE_AND_HOW
 from server_app.run_folder.files import ResultWriteError, atomic_write, read_json_object
 from server_app.run_folder.results import CONFIG_FILE, METRICS_FILE, read_metrics_lines
 from server_app.run_folder.run_status import flat_settings

@@ -15,7 +15,7 @@ from experiments.run.resume_command import StartedAs
 
 
 class CheckedPath(click.ParamType):
-    """A path option a run config can hold (:func:`fedcgd_task.setting.check_path_names`)."""
+    """A path option a run config can hold (:func:`fedcgd_config.setting.check_path_names`)."""
 
     name = "path"
 
@@ -24,7 +24,7 @@ class CheckedPath(click.ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
         """``value`` as a Path, or a usage error naming the option."""
-        from fedcgd_task.setting import check_path_names
+        from fedcgd_config.setting import check_path_names
 
         if isinstance(value, Path):
             return value

@@ -18,8 +18,8 @@ from experiments.cli.options import (
     path_option,
     refuse,
 )
-from fedcgd_task.schema import PACK_RULES, PATHLOSS_MODELS, SETTINGS
-from fedcgd_task.setting import Scalar, Setting
+from fedcgd_config.schema import PACK_RULES, PATHLOSS_MODELS, SETTINGS
+from fedcgd_config.setting import Scalar, Setting
 
 
 @app.command("certificates")
@@ -80,7 +80,7 @@ def settings_command(
     markdown: Annotated[bool, typer.Option(help="docs/running.md's table")] = False,
 ) -> None:
     """Every run-config key with its default and what is allowed (KEY ...: what it means)."""
-    from fedcgd_task.schema import SCHEMA, unknown_key
+    from fedcgd_config.schema import SCHEMA, unknown_key
 
     if markdown or not keys:
         typer.echo(settings_table() if markdown else settings_lines(), nl=False)

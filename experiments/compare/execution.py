@@ -30,9 +30,9 @@ from experiments.run.ray_runs import (
     run_tasks,
 )
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
+from fedcgd_config.imports import reference_label
+from fedcgd_config.settings import default_run_config
 from fedcgd_strategy.errors import OneLineMessage
-from fedcgd_task.imports import reference_label
-from fedcgd_task.settings import default_run_config
 from server_app.run_folder.folder_lock import FolderClaim, claim_folder
 from server_app.run_folder.results import CHECKPOINT_FILE, RUN_FILES, SUMMARY_FILE, holds_run
 from server_app.run_folder.run_status import (

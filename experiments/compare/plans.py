@@ -9,8 +9,8 @@ from typing import Any
 
 from experiments.compare.results import summarise
 from experiments.run.run_config import validated_run_config, with_resolved_data_dir
-from fedcgd_task.imports import reference_label
-from fedcgd_task.settings import unread_settings
+from fedcgd_config.imports import reference_label
+from fedcgd_config.settings import unread_settings
 from server_app.run_folder.files import read_json_object
 from server_app.run_folder.folder_lock import FolderClaim, claim_folder, probe_free
 from server_app.run_folder.results import CHECKPOINT_FILE, CONFIG_FILE, SUMMARY_FILE

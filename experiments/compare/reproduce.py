@@ -16,9 +16,9 @@ from experiments.compare.plans import check_comparison, check_engine, check_seed
 from experiments.compare.policies import run_command
 from experiments.compare.results import METRICS, write_comparison
 from experiments.run.resume_command import fedcgd_command
+from fedcgd_config.schema import flatten
+from fedcgd_config.settings import resolve_data_dir
 from fedcgd_strategy.policies.registry import canonical_policy
-from fedcgd_task.schema import flatten
-from fedcgd_task.settings import resolve_data_dir
 from server_app.config import fold_policy_params
 from server_app.run_folder.files import atomic_write
 from server_app.run_folder.folder_lock import FolderClaim

@@ -19,9 +19,9 @@ from experiments.analysis.statistics import mean_ci95
 from experiments.analysis.tables import write_csv
 from experiments.paper.settings import CIFAR10_CLASSES, CIFAR10_TRAIN_PER_CLASS, PAPER_CIFAR10
 from experiments.run.progress import step_reporter
+from fedcgd_config.settings import TaskSettings
 from fedcgd_strategy.policies import POLICY_NAMES, Decision, PolicyContext, RoundInputs, make_policy
 from fedcgd_task.partition import partition_indices
-from fedcgd_task.settings import TaskSettings
 
 #: The paper's POC scheduled number in Table II, the target of ``--fit-poc``.
 POC_TARGET_SCHEDULED = 13.71

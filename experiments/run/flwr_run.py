@@ -24,8 +24,8 @@ from experiments.run.certificates import CertificateSet
 from experiments.run.preflight import effective_result_dir
 from experiments.run.processes import popen, stop
 from experiments.run.run_config import run_config_file, with_resolved_data_dir
-from fedcgd_task import keys
-from fedcgd_task.schema import PROJECT_DIR
+from fedcgd_config import keys
+from fedcgd_config.schema import PROJECT_DIR
 from server_app.run_folder.run_status import mark_stopped
 from server_app.run_folder.signals import Interrupted
 

@@ -19,7 +19,7 @@ from experiments.run.run_config import (
     validated_run_config,
     with_resolved_data_dir,
 )
-from fedcgd_task.schema import PROJECT_DIR
+from fedcgd_config.schema import PROJECT_DIR
 from server_app.run_folder.signals import exit_code_stopping_on_signals
 
 if TYPE_CHECKING:

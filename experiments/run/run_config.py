@@ -12,8 +12,8 @@ from typing import Any
 
 import tomli_w
 
-from fedcgd_task.schema import flatten
-from fedcgd_task.settings import default_run_config, resolve_data_dir, set_nested
+from fedcgd_config.schema import flatten
+from fedcgd_config.settings import default_run_config, resolve_data_dir, set_nested
 
 _ITEM_SEPARATORS = " \t\r\n"
 
@@ -95,7 +95,7 @@ def parse_run_config_text(text: str) -> dict[str, Any]:
 
 def validated_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The defaults with ``overrides`` applied, every key and value checked (ValueError)."""
-    from fedcgd_task.schema import unknown_key
+    from fedcgd_config.schema import unknown_key
     from server_app.config import (
         check_components,
         fold_policy_params,

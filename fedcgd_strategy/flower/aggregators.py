@@ -19,6 +19,8 @@ from flwr.serverapp.strategy import Strategy
 from flwr.serverapp.strategy.fedopt import FedOpt
 from numpy.typing import NDArray
 
+from fedcgd_config import keys
+from fedcgd_config.imports import REFERENCE_FORMS, first_line, import_object, is_reference
 from fedcgd_strategy.aggregation import array_problem, cast_like, non_finite_arrays
 from fedcgd_strategy.constructor_params import (
     constructor_arguments,
@@ -26,8 +28,6 @@ from fedcgd_strategy.constructor_params import (
     keyword_parameters,
     scalar_type,
 )
-from fedcgd_task import keys
-from fedcgd_task.imports import REFERENCE_FORMS, first_line, import_object, is_reference
 
 Arrays = Mapping[str, NDArray[np.generic]]
 Model = dict[str, NDArray[np.generic]]

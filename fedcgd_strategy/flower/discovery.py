@@ -11,9 +11,9 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
+from fedcgd_config import keys
 from fedcgd_strategy.flower.replies import MalformedReplyError, read_info
 from fedcgd_strategy.nodes import NodeRegistry, PendingMessages
-from fedcgd_task import keys
 
 
 def discover_nodes(

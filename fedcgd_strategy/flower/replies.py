@@ -15,10 +15,10 @@ from flwr.app import ArrayRecord, Message, MetricRecord
 from flwr.supercore import log
 from numpy.typing import ArrayLike, NDArray
 
+from fedcgd_config import keys
+from fedcgd_config.imports import first_line
 from fedcgd_strategy.aggregation import array_problem
 from fedcgd_strategy.nodes import NodeRegistry
-from fedcgd_task import keys
-from fedcgd_task.imports import first_line
 
 #: Largest class count accepted (exact in float64; far above any dataset).
 MAX_COUNT = 2**53

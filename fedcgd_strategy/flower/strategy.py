@@ -21,6 +21,8 @@ from flwr.supercore import log
 from numpy.typing import NDArray
 
 from channel import ChannelModel, RoundDraw
+from fedcgd_config import keys
+from fedcgd_config.settings import TrainingSettings, read_round_config
 from fedcgd_strategy.aggregation import fedavg, flatten_update, non_finite_arrays
 from fedcgd_strategy.errors import OneLineMessage
 from fedcgd_strategy.flower.aggregators import aggregate_uploads, array_record, dp_round_noise
@@ -47,8 +49,6 @@ from fedcgd_strategy.policies import (
     with_reported_terms,
 )
 from fedcgd_strategy.record import RoundRecord, class_gradient_value
-from fedcgd_task import keys
-from fedcgd_task.settings import TrainingSettings, read_round_config
 
 
 class ChannelDrawError(OneLineMessage, ValueError):

@@ -10,9 +10,9 @@ from typing import TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
+from fedcgd_config.imports import first_line, said
 from fedcgd_strategy.errors import OneLineMessage, RuleBrokenError
 from fedcgd_strategy.policies.core import BUDGET_REL_TOL, Decision, Policy, RoundInputs
-from fedcgd_task.imports import first_line, said
 
 T = TypeVar("T")
 

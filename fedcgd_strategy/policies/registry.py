@@ -15,6 +15,9 @@ from typing import Any, ClassVar, cast
 import numpy as np
 from numpy.typing import NDArray
 
+from fedcgd_config.imports import REFERENCE_FORMS, import_object, is_reference
+from fedcgd_config.schema import DEFAULTS
+from fedcgd_config.setting import did_you_mean
 from fedcgd_strategy.constructor_params import constructor_arguments, keyword_parameters
 from fedcgd_strategy.estimators import (
     device_gradient_estimates,
@@ -31,9 +34,6 @@ from fedcgd_strategy.policies.core import (
 from fedcgd_strategy.problem import SchedulingProblem, as_nonnegative_array
 from fedcgd_strategy.selectors import FedCBSState, best_score_first, fedcbs_select, power_of_choice
 from fedcgd_strategy.solvers import solve
-from fedcgd_task.imports import REFERENCE_FORMS, import_object, is_reference
-from fedcgd_task.schema import DEFAULTS
-from fedcgd_task.setting import did_you_mean
 
 
 @dataclass

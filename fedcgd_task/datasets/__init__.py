@@ -1,6 +1,6 @@
 """Data sets behind one contract (docs/bring-your-own.md): its checks and the per-process cache.
 
-``dataset`` names a built-in (:data:`~fedcgd_task.schema.BUILTIN_DATASETS`) or the researcher's
+``dataset`` names a built-in (:data:`~fedcgd_config.schema.BUILTIN_DATASETS`) or the researcher's
 function. Imports neither torch nor flwr.
 """
 
@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from fedcgd_task.imports import builtin_or_function, first_line
-from fedcgd_task.schema import BUILTIN_DATASETS as BUILTIN_DATASETS
+from fedcgd_config.imports import builtin_or_function, first_line
+from fedcgd_config.schema import BUILTIN_DATASETS as BUILTIN_DATASETS
 
 if TYPE_CHECKING:
     import torch
 
-    from fedcgd_task.settings import TaskSettings
+    from fedcgd_config.settings import TaskSettings
 
 
 #: Keyword arguments a data-set function may take (its signature says which).

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fedcgd_config.imports import first_line
 from fedcgd_task.datasets import DataSplit, NormalizedPixels
-from fedcgd_task.imports import first_line
 
 #: Seed and test share of the digits split, and its largest intensity.
 DIGITS_SPLIT_SEED, DIGITS_TEST_FRACTION, DIGITS_MAX_INTENSITY = 0, 0.2, 16.0

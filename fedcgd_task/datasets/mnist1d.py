@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    from fedcgd_task.settings import TaskSettings
+    from fedcgd_config.settings import TaskSettings
 
 #: Version of the cache file's layout (in the cache key); 3: the file holds its content's SHA-256.
 MNIST1D_CACHE_FORMAT = 3

@@ -37,7 +37,14 @@ RUN_FILES = (CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, MODEL_FILE, CHECKPOINT_FIL
 #: Longest line of ``metrics.jsonl`` read (bytes).
 MAX_METRICS_LINE_BYTES = 16 * 2**20
 #: The packages whose sources decide what a run computes (not plots, launchers, benchmarks).
-COMPUTING_PACKAGES = ("channel", "client_app", "fedcgd_strategy", "fedcgd_task", "server_app")
+COMPUTING_PACKAGES = (
+    "channel",
+    "client_app",
+    "fedcgd_config",
+    "fedcgd_strategy",
+    "fedcgd_task",
+    "server_app",
+)
 #: Libraries whose versions can change a run's arithmetic.
 LIBRARIES = ("numpy", "scipy", "torch", "flwr")
 #: The key of ``config.json`` that holds the list of code entries.

@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypedDict
 
+from fedcgd_config.imports import first_line
+from fedcgd_config.schema import flatten
 from fedcgd_strategy.errors import OneLineMessage
-from fedcgd_task.imports import first_line
-from fedcgd_task.schema import flatten
 from server_app.run_folder.files import atomic_write, read_json_object
 from server_app.run_folder.results import (
     CHECKPOINT_FILE,

@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable, Collection, Iterator
 from types import FrameType
 
+from fedcgd_config.imports import said
 from fedcgd_strategy.errors import OneLineMessage
-from fedcgd_task.imports import said
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _held: list[int] | None = None  # the signals held back while a held() block runs

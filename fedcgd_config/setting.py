@@ -1,4 +1,4 @@
-"""One run-config setting (listed in :mod:`fedcgd_task.schema`) and the check of a value."""
+"""One run-config setting (listed in :mod:`fedcgd_config.schema`) and the check of a value."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from fedcgd_task.imports import REFERENCE_FORMS, check_reference, is_reference
+from fedcgd_config.imports import REFERENCE_FORMS, check_reference, is_reference
 
 #: What a string holds beyond its type (:meth:`Setting.allowed` says it in words).
 Form = Literal["value", "reference", "path", "absolute-path", "table", "class", "device"]

@@ -18,7 +18,7 @@ CONFIG = "config"
 METRICS = "metrics"
 
 # ConfigRecord, server -> client: the round, τ, η, b under their run-config keys
-# (fedcgd_task.settings.TRAINING_KEYS), and whether to compute σ̂ (absent: True)
+# (fedcgd_config.settings.TRAINING_KEYS), and whether to compute σ̂ (absent: True)
 SERVER_ROUND = "server-round"
 WANT_SIGMA = "want-sigma"
 

@@ -1,4 +1,4 @@
-"""Frozen, checked views of the run config (keys: :mod:`fedcgd_task.schema`) for both apps."""
+"""Frozen, checked views of the run config (keys: :mod:`fedcgd_config.schema`) for both apps."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from fedcgd_task import keys
-from fedcgd_task.schema import BUILTIN_DATASETS, DEFAULTS, SCHEMA, SETTINGS, read
-from fedcgd_task.setting import Setting, check_value
+from fedcgd_config import keys
+from fedcgd_config.schema import BUILTIN_DATASETS, DEFAULTS, SCHEMA, SETTINGS, read
+from fedcgd_config.setting import Setting, check_value
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedcgd_task.setting import Scalar, Setting, check_value, did_you_mean
+from fedcgd_config.setting import Scalar, Setting, check_value, did_you_mean
 
 
 @dataclass(frozen=True)
