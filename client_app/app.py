@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from flwr.app import (
-    ArrayRecord,
     Context,
     Message,
     MetricRecord,
@@ -29,6 +28,7 @@ from client_app.device_round import (
     device_stats,
     node_split,
     seeded_for,
+    state_record,
     train_device,
 )
 from fedcgd_config import keys
@@ -65,9 +65,8 @@ def make_app(cohorts: Cohorts | None = None) -> ClientApp:
         metrics[keys.TRAIN_LOSS] = trained.mean_loss
         metrics[keys.UPDATE_NORM] = trained.update_norm
         metrics[keys.TRAIN_TIME_S] = trained.train_time_s
-        content = RecordDict(
-            {keys.ARRAYS: ArrayRecord(trained.weights), keys.METRICS: MetricRecord(metrics)}
-        )
+        weights = state_record(trained.weights)
+        content = RecordDict({keys.ARRAYS: weights, keys.METRICS: MetricRecord(metrics)})
         return Message(content, reply_to=msg)
 
     return client

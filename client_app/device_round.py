@@ -6,7 +6,7 @@ import functools
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import cast
@@ -24,6 +24,7 @@ from client_app.per_sample_norms import CHUNK_BUDGET_FLOATS
 from client_app.sigma import gradient_spread, mode_kept
 from fedcgd_config import keys
 from fedcgd_config.settings import TaskSettings, TrainingSettings, read_round_config
+from fedcgd_task.model_record import layout, model_arrays, model_record
 from fedcgd_task.models import build_model
 from fedcgd_task.partition import LocalSplit, local_split
 from fedcgd_task.training import (
@@ -63,14 +64,25 @@ def node_split(context: Context) -> tuple[TaskSettings, LocalSplit]:
 
 
 def received_model(msg: Message, settings: TaskSettings, split: LocalSplit) -> nn.Module:
-    """Load the message's ArrayRecord into this process's model of the run config's kind."""
-    state = cast(ArrayRecord, msg.content[keys.ARRAYS]).to_torch_state_dict()
+    """Load the message's model record into this process's model of the run config's kind."""
     model = process_model(
         settings.model, split.num_classes, split.source.input_shape, settings.device
     )
+    state = record_state(cast(ArrayRecord, msg.content[keys.ARRAYS]), model.state_dict())
     model.load_state_dict(state, strict=True)  # copies into the existing tensors, in place
     model.zero_grad(set_to_none=True)
     return model
+
+
+def state_record(state: Mapping[str, torch.Tensor]) -> ArrayRecord:
+    """A torch state dict as a message carries it (:mod:`fedcgd_task.model_record`)."""
+    return model_record({k: t.detach().cpu().numpy() for k, t in state.items()})
+
+
+def record_state(record: ArrayRecord, like: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The tensors of ``like``'s names and shapes cut from ``record`` (CPU, sharing its memory;
+    ValueError in one line where it does not fit)."""  # noqa: D205, D209
+    return {k: torch.from_numpy(v) for k, v in model_arrays(record, layout(like)).items()}
 
 
 @functools.lru_cache(maxsize=2)

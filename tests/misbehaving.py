@@ -13,11 +13,13 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from client_app.device_round import device_round, process_model
 from fedcgd_config import keys
 from fedcgd_strategy.flower.replies import update_norm
+from fedcgd_task.model_record import layout, model_arrays, model_record
 
 Handler = Callable[[Message, Context], Message]
 #: (reply, request, node's context) -> the corrupted reply.
@@ -75,12 +77,13 @@ def _map_arrays(fn: Callable[[int, np.ndarray, np.ndarray], np.ndarray]) -> Corr
     (so that the screening of the upload itself refuses it, not the report's mismatch)."""
 
     def corrupt(reply: Message, request: Message, context: Context) -> Message:
-        sent = {k: v.numpy() for k, v in request.content.array_records[keys.ARRAYS].items()}
-        record = reply.content.array_records[keys.ARRAYS]
-        arrays = {k: fn(i, v.numpy(), sent[k]) for i, (k, v) in enumerate(record.items())}
-        reply.content[keys.ARRAYS] = ArrayRecord(
-            {k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()}
-        )
+        rnd = device_round(request, context)
+        like = layout(process_model(rnd.settings.model, rnd.split.num_classes,
+                                    rnd.split.source.input_shape).state_dict())  # fmt: skip
+        sent = model_arrays(request.content.array_records[keys.ARRAYS], like)
+        local = model_arrays(reply.content.array_records[keys.ARRAYS], like)
+        arrays = {k: fn(i, v, sent[k]) for i, (k, v) in enumerate(local.items())}
+        reply.content[keys.ARRAYS] = model_record(arrays)
         with np.errstate(all="ignore"):
             norm = update_norm({k: np.asarray(v, np.float64) for k, v in arrays.items()}, sent)
         _metrics(reply)[keys.UPDATE_NORM] = norm if np.isfinite(norm) else 0.0

@@ -15,6 +15,7 @@ from fedcgd_config import keys
 from fedcgd_config.settings import TrainingSettings
 from fedcgd_strategy.flower.strategy import ScheduledStrategy
 from fedcgd_strategy.policies import PolicyContext, make_policy
+from fedcgd_task.model_record import layout, model_arrays, model_record
 
 V, C = 6, 2
 NODES = [1000 + 7 * i for i in range(V)]
@@ -71,7 +72,7 @@ def scripted_client(overrides: dict[int, dict] | None = None):
             metrics[keys.SIGMA] = float(SIGMAS[pid])
         content = RecordDict()
         if kind == "train":
-            ref = {k: v.numpy() for k, v in msg.content.array_records[keys.ARRAYS].items()}
+            ref = model_arrays(msg.content.array_records[keys.ARRAYS], layout(global_model()))
             delta = local_delta(pid)
             new = {k: ref[k] + delta[k] for k in ref}
             norm = math.sqrt(sum(float((d.astype(np.float64) ** 2).sum()) for d in delta.values()))
@@ -80,7 +81,7 @@ def scripted_client(overrides: dict[int, dict] | None = None):
                 keys.UPDATE_NORM: norm,
                 keys.TRAIN_TIME_S: 0.01,
             }
-            content[keys.ARRAYS] = ArrayRecord({k: Array(v) for k, v in new.items()})
+            content[keys.ARRAYS] = model_record(new)
         metrics.update(overrides.get(pid, {}))
         content[keys.METRICS] = MetricRecord(metrics)
         return Message(content, reply_to=msg)

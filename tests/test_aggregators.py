@@ -37,6 +37,7 @@ from fedcgd_strategy.flower.aggregators import (
     make_aggregator,
     noise_seed,
 )
+from fedcgd_task.model_record import layout, model_arrays
 from server_app.app import run_federation
 from server_app.checkpoint import load_checkpoint
 from server_app.config import fold_policy_params, parse_run_config
@@ -144,8 +145,11 @@ def flower_directly(
     expected, seed = initial, int(default_run_config()["seed"])
     for rnd in range(1, rounds + 1):
         replies = [copy.deepcopy(recorder.train[rnd][pid]) for pid in range(V)]
-        for reply in replies if uniform else ():
-            reply.content[keys.METRICS][keys.NUM_EXAMPLES] = 1
+        for reply in replies:  # as Flower's own clients send a model: an Array per tensor
+            named = model_arrays(reply.content[keys.ARRAYS], layout(initial))
+            reply.content[keys.ARRAYS] = ArrayRecord({k: Array(v) for k, v in named.items()})
+            if uniform:
+                reply.content[keys.METRICS][keys.NUM_EXAMPLES] = 1
         arrays = ArrayRecord({k: Array(v) for k, v in expected.items()})
         np.random.seed(noise_seed(seed, rnd))  # noqa: NPY002
         list(direct.configure_train(rnd, arrays, ConfigRecord(), grid))
@@ -171,9 +175,10 @@ def test_the_default_is_the_schedulers_fedavg_bit_for_bit_and_older_runs_compare
     (line,) = lines
     assert 0 < len(line["uploaded"]) < V  # a scheduled subset
     uploads = [recorder.train[1][pid] for pid in line["uploaded"]]
-    states = [{k: v.numpy() for k, v in m.content[keys.ARRAYS].items()} for m in uploads]
+    initial = initial_model(tmp_path)
+    states = [model_arrays(m.content[keys.ARRAYS], layout(initial)) for m in uploads]
     weights = [int(m.content[keys.METRICS][keys.NUM_EXAMPLES]) for m in uploads]
-    assert_equal_models(model, fedavg(states, weights, initial_model(tmp_path)))
+    assert_equal_models(model, fedavg(states, weights, initial))
     # a run recorded before the aggregator setting compares as the default
     from server_app.run_folder.run_status import settings_differences
 

@@ -58,7 +58,7 @@ def replies(
         {keys.SERVER_ROUND: 4, "local-steps": tau, "learning-rate": 0.05,
          "batch-size": int(run_config.get("batch-size", 32)), keys.WANT_SIGMA: True}
     )  # fmt: skip
-    return send(grid, ArrayRecord(weights), kind, nodes, config)
+    return send(grid, device_round.state_record(weights), kind, nodes, config)
 
 
 def close(a: float, b: float) -> bool:
@@ -70,7 +70,8 @@ def metrics_of(reply: Message) -> dict:
 
 
 def weights_of(reply: Message) -> dict[str, torch.Tensor]:
-    return reply.content.array_records[keys.ARRAYS].to_torch_state_dict()
+    """The reply's model as it travels: one flat tensor per dtype (every value compared)."""
+    return {k: torch.from_numpy(a.numpy()) for k, a in reply.content[keys.ARRAYS].items()}
 
 
 #: A round's config of the tests that send their own messages (round 2, tau = 1, b = 8).
@@ -237,14 +238,14 @@ def test_the_train_cohort_reuses_the_query_cohorts_statistics_and_an_engine_its_
     monkeypatch.setattr(
         Cohorts, "cohort_stats", lambda self, m, ds: computed.append(len(ds)) or real(self, m, ds)
     )
-    record = ArrayRecord(build_model("mlp", 10, (1, 8, 8), seed=1).state_dict())
+    record = device_round.state_record(build_model("mlp", 10, (1, 8, 8), seed=1).state_dict())
     queried = send(grid, record, keys.QUERY_STATS, nodes)
     trained = send(grid, record, "train", nodes[:4])
     assert computed == [6]  # the four trainees' statistics came from the query phase
     for q, t in zip(queried, trained, strict=False):
         mq, mt = metrics_of(q), metrics_of(t)
         assert mt[keys.SIGMA] == mq[keys.SIGMA] and mt[keys.LABEL_HIST] == mq[keys.LABEL_HIST]
-    other = ArrayRecord(build_model("mlp", 10, (1, 8, 8), seed=2).state_dict())
+    other = device_round.state_record(build_model("mlp", 10, (1, 8, 8), seed=2).state_dict())
     send(grid, other, "train", nodes[:3])  # another model: computed anew
     assert computed == [6, 3]
     # No module global links an engine and a ClientApp: while one engine's cohorts are open,
@@ -256,7 +257,7 @@ def test_the_train_cohort_reuses_the_query_cohorts_statistics_and_an_engine_its_
         {"model": MLP, "num-devices": 6, "data-dir": str(tmp_path / "data")}
     )
     contexts = make_contexts(nodes, run_config, 6)
-    record = ArrayRecord(build_model(MLP, 10, (1, 8, 8), seed=1).state_dict())
+    record = device_round.state_record(build_model(MLP, 10, (1, 8, 8), seed=1).state_dict())
     engine = Cohorts()
     sigmas = []
     for handler in (flower_app, make_app(Cohorts()), make_app(engine)):

@@ -42,6 +42,7 @@ from fedcgd_strategy.flower.aggregators import (
     noise_seed,
 )
 from fedcgd_strategy.flower.replies import update_norm
+from fedcgd_task.model_record import layout, model_arrays
 from server_app.run_folder.results import MODEL_FILE
 
 #: About the median update norm of the 8 devices' first rounds (0.18 .. 0.31): some clipped.
@@ -94,7 +95,7 @@ def test_the_dp_aggregator_equals_flowers_wrapper_run_directly(
     assert all(line["num_uploaded"] == V and not line["model_kept"] for line in lines)
     initial = initial_model(tmp_path)
     uploads = [recorder.train[1][pid].content[keys.ARRAYS] for pid in range(V)]
-    norms = [update_norm({k: v.numpy() for k, v in u.items()}, initial) for u in uploads]
+    norms = [update_norm(model_arrays(u, layout(initial)), initial) for u in uploads]
     assert min(norms) < CLIP < max(norms)  # clipping changed some uploads and not others
     wrapped = getattr(flower_strategies, inner)(**{k.replace("-", "_"): v for k, v in
                                                    inner_params.items()})  # fmt: skip

@@ -16,9 +16,9 @@ from flwr.supercore import log
 from numpy.typing import ArrayLike, NDArray
 
 from fedcgd_config import keys
-from fedcgd_config.imports import first_line
 from fedcgd_strategy.aggregation import array_problem
 from fedcgd_strategy.nodes import NodeRegistry
+from fedcgd_task.model_record import layout, model_arrays
 
 #: Largest class count accepted (exact in float64; far above any dataset).
 MAX_COUNT = 2**53
@@ -165,18 +165,10 @@ def _model_arrays(
     record = msg.content.get(keys.ARRAYS)
     if not isinstance(record, ArrayRecord):
         raise MalformedReplyError(f"training reply from node {node_id} lacks {keys.ARRAYS!r}")
-    arrays: dict[str, NDArray[np.generic]] = {}
-    for k, array in record.items():
-        try:
-            arrays[k] = array.numpy()
-        except Exception as err:  # whatever numpy makes of bytes a device sent
-            raise MalformedReplyError(
-                f"node {node_id}: array {k!r} is unreadable: {type(err).__name__}: "
-                f"{first_line(err)}"
-            ) from None
-    if list(arrays) != list(reference):
-        raise MalformedReplyError(f"node {node_id}: model arrays {list(arrays)[:3]}… do not "
-                                  f"match the global model's {list(reference)[:3]}…")  # fmt: skip
+    try:
+        arrays = model_arrays(record, layout(reference))
+    except ValueError as err:
+        raise MalformedReplyError(f"node {node_id}: {err}") from None
     for k, ref in reference.items():
         if problem := array_problem(arrays[k], ref):
             raise MalformedReplyError(f"node {node_id}: array {k!r} {problem}")

@@ -49,6 +49,7 @@ from fedcgd_strategy.policies import (
     with_reported_terms,
 )
 from fedcgd_strategy.record import RoundRecord, class_gradient_value
+from fedcgd_task.model_record import model_record
 
 
 class ChannelDrawError(OneLineMessage, ValueError):
@@ -169,11 +170,12 @@ class ScheduledStrategy(Strategy):
             self.total_bandwidth_hz, self.model_bits)  # fmt: skip
 
     def _send(
-        self, arrays: ArrayRecord, config: dict[str, Any], to: list[int], kind: str, sigma: bool
+        self, wire: ArrayRecord, config: dict[str, Any], to: list[int], kind: str, sigma: bool
     ) -> list[Message]:
-        """One message per partition id in ``to`` (its node), ``want-sigma`` = ``sigma``."""
+        """One message per partition id in ``to`` (its node) carrying the model's ``wire``
+        record (:func:`~fedcgd_task.model_record.model_record`), ``want-sigma`` = ``sigma``."""  # noqa: D205, D209
         record = ConfigRecord({**config, keys.WANT_SIGMA: sigma})
-        content = RecordDict({keys.ARRAYS: arrays, keys.CONFIG: record})
+        content = RecordDict({keys.ARRAYS: wire, keys.CONFIG: record})
         return messages(content, map(self.registry.node, to), kind, config[keys.SERVER_ROUND])
 
     def _inputs(self, state: RoundInProgress, reports: list[DeviceReport] | None) -> RoundInputs:
@@ -233,14 +235,15 @@ class ScheduledStrategy(Strategy):
                 state.busy[pid] = since
                 state.failed[pid] = f"busy: its message of round {since} is still unanswered"
                 state.lost.add(pid)  # to the timeout of its unanswered message
-        state.trainees = self._trainees(state, arrays, round_config, grid)
+        wire = model_record(state.reference)  # one record a round: every message shares it
+        state.trainees = self._trainees(state, wire, round_config, grid)
         sigma = self.policy.needs_sigma and self.protocol is Protocol.TRAIN_ALL
         state.t_sent = time.perf_counter()
-        state.sent = self._send(arrays, round_config, state.trainees, MessageType.TRAIN, sigma)
+        state.sent = self._send(wire, round_config, state.trainees, MessageType.TRAIN, sigma)
         return state.sent
 
     def _trainees(
-        self, state: RoundInProgress, arrays: ArrayRecord, round_config: dict[str, Any], grid: Grid
+        self, state: RoundInProgress, wire: ArrayRecord, round_config: dict[str, Any], grid: Grid
     ) -> list[int]:
         """The partitions that train this round (by the protocol)."""
         if self.protocol is Protocol.CHANNEL:
@@ -248,7 +251,7 @@ class ScheduledStrategy(Strategy):
         if self.protocol is not Protocol.QUERY:
             return state.reachable
         t0, asked, rnd = time.perf_counter(), state.reachable, state.server_round
-        queries = self._send(arrays, round_config, asked, keys.QUERY_STATS, self.policy.needs_sigma)
+        queries = self._send(wire, round_config, asked, keys.QUERY_STATS, self.policy.needs_sigma)
         replies = send_tracked(grid, queries, self.query_timeout_s, self.pending, rnd)
         reports = self._collect(replies, asked, state, keys.QUERY_STATS)
         state.timings["query_s"] = time.perf_counter() - t0
