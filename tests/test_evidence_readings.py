@@ -55,11 +55,14 @@ TABLE_II, RATIO, POOLED = "### Local steps and Table II", "### Imbalance ratio",
 ALPHA, PAPER = "### Dirichlet α", "### The paper's claims against these runs"
 #: The p columns of a table by Holm's family, each with a ``_holm`` twin adjusted over its
 #: family's columns of every policy at a sweep point: final and best accuracy together, each
-#: rounds test alone (docs/comparing.md "One rule for many tests").
+#: rounds test alone, both TOSTs together (docs/comparing.md "One rule for many tests").
 FAMILIES = tuple(
     tuple(f"{p}_vs_fedcgd_fscd" for p in family)
-    for family in (("p_value", "best_p_value"), ("rounds_sign_p",), ("rounds_wilcoxon_p",))
-)
+    for family in (
+        ("p_value", "best_p_value"), ("rounds_sign_p",), ("rounds_wilcoxon_p",),
+        ("tost_p", "best_tost_p"),
+    )
+)  # fmt: skip
 
 
 def _rows(name: str) -> list[dict[str, str]]:
@@ -157,19 +160,12 @@ def _tied_settings() -> tuple[float, float, int]:
     """Spearman's ρ over the pooled settings (mean early Ĝ/σ̂ against mean late FSCD − BC gap)
     with the Ĝ/σ̂ means that lie within each other's 95 % intervals tied; its exact two-sided p
     over every order of the gaps; how many are tied."""
-    by: dict[str, list[dict[str, str]]] = {}
-    for row in _rows("mnist1d_pooled_indicator"):
-        by.setdefault(row["setting"], []).append(row)
     means, halves, gaps = [], [], []
-    for runs in by.values():
-        x = [float(r["ghat_over_sigma_early"]) for r in runs]
+    for points in _settings()["points"].values():
+        x = [a for a, _ in points]
         means.append(statistics.fmean(x))
         halves.append(stats.t.ppf(0.975, len(x) - 1) * statistics.stdev(x) / len(x) ** 0.5)
-        gaps.append(
-            statistics.fmean(
-                float(r["fscd_late_accuracy"]) - float(r["bc_late_accuracy"]) for r in runs
-            )
-        )
+        gaps.append(statistics.fmean(g for _, g in points))
     k = range(len(means))
     near = [[abs(means[i] - means[j]) < min(halves[i], halves[j]) for j in k] for i in k]
     close = [i for i in k if any(near[i][j] for j in k if j != i)]
@@ -272,11 +268,29 @@ def _settings() -> dict[str, Any]:
         "within": _spearman(centred),
         "left out": {k: rho(skip=k) for k in names},
         "each": {k: _spearman(v) for k, v in points.items()},
+        "points": points,
+    }
+
+
+#: Each table's target accuracy (its rounds columns are the runs' own rounds to it).
+TARGETS = {DIRICHLET: 0.8, LOCAL: 0.8, IMBALANCE: 0.7, DIGITS: 0.85}
+
+
+def _typed(run: dict[str, str]) -> dict[str, Any]:
+    """A run of ``runs.csv`` as the project code holds it (numbers, None for empty cells)."""
+    numbers = {FINAL, BEST, SCHEDULED, WEMD}
+    whole = {"seed", "rounds_to_target", "rounds_run", "devices_lost"}
+    return {
+        k: (None if v == "" else float(v) if k in numbers else int(v) if k in whole else v)
+        for k, v in run.items()
     }
 
 
 @pytest.mark.parametrize("preset", list(PRESETS))
 def test_the_table_is_recomputed_from_its_runs(preset: str) -> None:
+    """Every cell of ``docs/<preset>.csv`` recomputed here with scipy, and written again by
+    ``results.table_rows`` (what a fresh ``fedcgd compare`` or ``reproduce`` over these runs
+    writes); one code digest per table in ``runs.csv``'s code column."""
     sweeps, n_runs, policies = PRESETS[preset]
     table = _table(preset)
     assert len(_runs(preset)) == n_runs and set(table) == set(itertools.product(sweeps, policies))
@@ -289,7 +303,9 @@ def test_the_table_is_recomputed_from_its_runs(preset: str) -> None:
         reached = [(int(r["rounds_to_target"] or 0) or None, int(r["rounds_run"])) for r in runs]
         assert int(row["reached_target"]) == sum(r is not None for r, _ in reached)
         assert float(row["rounds_to_target_km_median"]) == km_median(reached)
-        if policy != FSCD:  # the table counts from the other policy's side
+        if policy == FSCD:
+            assert {row[f"{prefix}tost_p_vs_fedcgd_fscd"] for prefix in ("", "best_")} == {""}
+        else:  # the table counts from the other policy's side
             earlier, later, tied = _counts(preset, policy, sweep)
             counted = (int(row[f"rounds_{k}_vs_fedcgd_fscd"]) for k in ("later", "earlier", "tied"))
             assert tuple(counted) == (earlier, later, tied)
@@ -300,35 +316,16 @@ def test_the_table_is_recomputed_from_its_runs(preset: str) -> None:
                 diff, p = _paired_t_p(preset, policy, sweep, column)
                 assert float(row[f"{prefix}diff_vs_fedcgd_fscd"]) == pytest.approx(diff, abs=1e-12)
                 assert float(row[f"{prefix}p_value_vs_fedcgd_fscd"]) == pytest.approx(p)
+                tost = _tost_p(preset, policy, sweep, column)
+                assert float(row[f"{prefix}tost_p_vs_fedcgd_fscd"]) == pytest.approx(tost)
     for sweep, family in itertools.product(sweeps, FAMILIES):  # Holm over each sweep point
         raw = {(p, c): float(table[(sweep, p)][c]) for p in policies if p != FSCD for c in family}
         assert len(raw) == len(family) * (len(policies) - 1)
         for (policy, column), expected in _holm(raw).items():
             assert float(table[(sweep, policy)][f"{column}_holm"]) == pytest.approx(expected)
-
-
-#: Each table's target accuracy (its rounds columns are the runs' own rounds to it).
-TARGETS = {DIRICHLET: 0.8, LOCAL: 0.8, IMBALANCE: 0.7, DIGITS: 0.85}
-
-
-@pytest.mark.parametrize("preset", list(PRESETS))
-def test_the_project_code_writes_the_committed_table(preset: str) -> None:
-    """``results.table_rows`` over the per-run rows, per sweep point, gives every cell of
-    ``docs/<preset>.csv`` (the Holm twins by the families of ``results.HOLM_FAMILIES``): a
-    fresh ``fedcgd compare`` or ``reproduce`` over these runs writes the same table."""
-    numbers = {FINAL, BEST, SCHEDULED, WEMD}
-    whole = {"seed", "rounds_to_target", "rounds_run", "devices_lost"}
-
-    def typed(run: dict[str, str]) -> dict[str, Any]:
-        return {
-            k: (None if v == "" else float(v) if k in numbers else int(v) if k in whole else v)
-            for k, v in run.items()
-        }
-
     points: dict[str, list[dict[str, Any]]] = {}
     for run in _runs(preset):
-        points.setdefault(run["sweep"], []).append(typed(run))
-    table = _table(preset)
+        points.setdefault(run["sweep"], []).append(_typed(run))
     written = [
         (sweep, row) for sweep, runs in points.items()
         for row in results.table_rows(runs, TARGETS[preset])
@@ -344,6 +341,11 @@ def test_the_project_code_writes_the_committed_table(preset: str) -> None:
                 assert text == "", (sweep, row["policy"], column)
             else:
                 assert float(text) == pytest.approx(value, rel=1e-12), (sweep, column)
+    # a resumed run lists each of its codes; the τ and r presets' runs of c307e0f recorded none
+    # (``unknown``): docs/evidence.md shows their sources are those of the one digest
+    digests = {d for run in _runs(preset) for d in run["code"].split()}
+    assert len(digests - {"unknown"}) == 1
+    assert "unknown" not in digests or preset in (LOCAL, IMBALANCE)
 
 
 #: The keys of :func:`_value`: a sweep point (``α*``, ``r*``: pooled over the preset's), a
@@ -930,16 +932,6 @@ def test_the_paper_table() -> None:
     assert len(curves) == 3 and all("untested" in r or "contradicts" in r for r in curves)
 
 
-@pytest.mark.parametrize("preset", list(PRESETS))
-def test_each_tables_runs_share_one_code(preset: str) -> None:
-    """One code digest per table in ``runs.csv``'s code column (a resumed run lists each of its
-    codes). The τ and r presets' runs of c307e0f recorded none (``unknown``): docs/evidence.md
-    shows that their sources are those of the one digest; every other run names its code."""
-    digests = {d for run in _runs(preset) for d in run["code"].split()}
-    assert len(digests - {"unknown"}) == 1
-    assert "unknown" not in digests or preset in (LOCAL, IMBALANCE)
-
-
 #: The η tables of the falls: (the words before the table, its CSV, the η of its columns).
 FALLS = [
     ("per round from the checkpoint after round 635", "mnist1d_eta_fall",
@@ -951,8 +943,7 @@ FALLS = [
 
 
 def _fall_rows(name: str) -> dict[int, dict[str, str]]:
-    with (DOCS / f"{name}.csv").open(encoding="utf-8") as file:
-        return {int(row["round"]): row for row in csv.DictReader(file)}
+    return {int(row["round"]): row for row in _rows(name)}
 
 
 @pytest.mark.parametrize(("anchor", "name", "etas"), FALLS)
@@ -997,8 +988,7 @@ def test_the_alpha_10_falls_readings() -> None:
 
 def test_the_attack_costs_in_aggregation_md() -> None:
     """What one and three sign-flip attackers cost FedAvg's final accuracy, from its CSV."""
-    with (DOCS / "attack_aggregators.csv").open(encoding="utf-8") as file:
-        rows = [r for r in csv.DictReader(file) if r["aggregator"] == "FedAvg"]
+    rows = [r for r in _rows("attack_aggregators") if r["aggregator"] == "FedAvg"]
     final = {(r["policy"], r["attackers"]): float(r["final_accuracy_mean"]) for r in rows}
 
     def cost(policy: str, attackers: str) -> str:
@@ -1011,17 +1001,3 @@ def test_the_attack_costs_in_aggregation_md() -> None:
         f"{cost('all', '3')} under `all` (p < 0.01); one attacker costs `all` {cost('all', '1')} "
         f"(p = 0.02), FedCGD-FSCD {cost('fedcgd-fscd', '1')} and BC {cost('bc', '1')}"
     ) in text
-
-
-@pytest.mark.parametrize("preset", list(PRESETS))
-def test_the_tables_tost_columns_are_the_paired_tost(preset: str) -> None:
-    """The committed tables' TOST columns: scipy's one-sided tests here; on digits, Holm's too."""
-    for (sweep, policy), row in _table(preset).items():
-        for column, prefix in ((FINAL, ""), (BEST, "best_")):
-            cell = row[f"{prefix}tost_p_vs_fedcgd_fscd"]
-            expected = None if policy == FSCD else _tost_p(preset, policy, sweep, column)
-            assert (cell == "") if expected is None else float(cell) == pytest.approx(expected)
-    if preset == DIGITS:
-        table = _table(DIGITS)
-        held = [float(table[("", p)]["best_tost_p_vs_fedcgd_fscd_holm"]) for p in ("bc", "fedcbs")]
-        assert held == pytest.approx(_tost_holm(DIGITS, "", (("bc", BEST), ("fedcbs", BEST))))
