@@ -133,43 +133,6 @@ def test_indicator_test_by_hand() -> None:
     assert math.isnan(indicator_test([(1, 2), (2, 2), (3, 2)]).p_value)  # a constant gap
 
 
-def test_the_table_adjusts_each_p_column_by_holm_over_its_policies() -> None:
-    def run(policy: str, seed: int, final: float, reached: int | None) -> dict:
-        return {
-            "policy": policy, "seed": seed, "final_accuracy": final, "max_accuracy": final,
-            "rounds_to_target": reached, "mean_scheduled": 5.0, "mean_wemd": 0.2,
-            "rounds_run": 40, "devices_lost": 0,
-        }  # fmt: skip
-
-    finals = {"fedcgd-fscd": [0.8, 0.9, 0.7], "bc": [0.7, 0.7, 0.6], "poc": [0.81, 0.85, 0.72]}
-    reached = {"fedcgd-fscd": [10, 20, 30], "bc": [None, None, 35], "poc": [15, None, 25]}
-    runs = [
-        run(p, s, finals[p][s], reached[p][s]) for p in finals for s in range(3)
-    ]  # fmt: skip
-    rows = {r["policy"]: r for r in results.table_rows(runs, 0.75)}
-    assert rows["bc"]["rounds_to_target_km_median"] == math.inf  # 1 of 3
-    assert rows["poc"]["rounds_to_target_km_median"] == 25  # 2 of 3 by round 25
-    assert rows["fedcgd-fscd"]["rounds_to_target_km_median"] == 20
-    accuracy, *rounds, _ = results.HOLM_FAMILIES  # the TOSTs: the hand example below
-    for family in rounds:  # each rounds test alone: two p-values, one per policy
-        (column,) = family
-        low, high = sorted(rows[p][column] for p in ("bc", "poc"))
-        expected = {low: min(1, 2 * low), high: max(min(1, 2 * low), high)}
-        for policy in ("bc", "poc"):
-            assert rows[policy][f"{column}_holm"] == pytest.approx(expected[rows[policy][column]])
-    # final and best accuracy together (equal here, so each p twice): four p-values, the two
-    # smaller ones (the same policy's) times 4, the larger ones times 2, then not below those
-    low, high = sorted(rows[p][accuracy[0]] for p in ("bc", "poc"))
-    assert [rows[p][accuracy[1]] for p in ("bc", "poc")] == [
-        rows[p][accuracy[0]] for p in ("bc", "poc")
-    ]
-    expected = {low: min(1, 4 * low), high: max(min(1, 4 * low), min(1, 2 * high))}
-    for column, policy in itertools.product(accuracy, ("bc", "poc")):
-        assert rows[policy][f"{column}_holm"] == pytest.approx(expected[rows[policy][column]])
-    for column in results.P_COLUMNS:
-        assert math.isnan(rows["fedcgd-fscd"][f"{column}_holm"])
-
-
 def test_holm_runs_over_both_accuracy_endpoints_as_one_family() -> None:
     """4 p-values over two columns, by hand: 0.01, 0.03, 0.04, 0.5 (m = 4) become
     4 · 0.01 = 0.04, 3 · 0.03 = 0.09, 2 · 0.04 = 0.08 raised to 0.09, 1 · 0.5; per column
