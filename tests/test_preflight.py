@@ -12,7 +12,6 @@ from fedcgd_config.settings import default_run_config
 from fedcgd_task.datasets import load_data
 from fedcgd_task.partition import partition_indices
 from server_app.checkpoint import CHECKPOINT_FILE
-from server_app.run_folder.results import METRICS_FILE
 from server_app.run_folder.run_status import (
     COMPLETED,
     FAILED,
@@ -90,22 +89,6 @@ def test_model_fits_the_images_it_is_built_for():
     check_model_fits("mlp", "digits", 10, (1, 8, 8))
     with pytest.raises(ValueError, match=r"'model' = 'cnn' does not fit dataset 'digits'"):
         check_model_fits("cnn", "digits", 10, (1, 8, 8))
-
-
-def metrics_text(rounds: list[int]) -> str:
-    return "".join(json.dumps({"round": r, "accuracy": 0.5}) + "\n" for r in rounds)
-
-
-def test_read_metrics_refuses_a_torn_checkpoint_round_and_missing_or_repeated_rounds(tmp_path):
-    from server_app.run_folder.results import read_metrics_lines
-
-    path = tmp_path / METRICS_FILE
-    path.write_text(metrics_text([1, 2]) + '{"round": 3, "acc')  # the checkpoint round is torn
-    with pytest.raises(ValueError, match=r"holds rounds 1\.\.2 \(2 lines\) but the checkpoint"):
-        read_metrics_lines(tmp_path, 3)
-    path.write_text(metrics_text([1, 2, 2, 3]))
-    with pytest.raises(ValueError, match=r"missing or repeated"):
-        read_metrics_lines(tmp_path, 3)
 
 
 def test_run_outcome_reads_the_status_written_since_the_launch_and_refuses_a_huge_one(tmp_path):

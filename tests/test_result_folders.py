@@ -190,9 +190,14 @@ def test_torn_last_line_after_the_checkpoint_is_dropped_on_resume(capsys, copy, 
 
 @pytest.mark.parametrize(
     ("name", "cut", "says"),
-    [  # emptied (a crash during a non-atomic rewrite), its first line cut, the checkpoint cut
+    [  # emptied (a crash during a non-atomic rewrite), its first line cut, the checkpoint
+        # round's line torn, a round repeated, the checkpoint cut
         (METRICS_FILE, lambda _: b"", "metrics.jsonl holds no rounds but the checkpoint is after "),
         (METRICS_FILE, lambda x: x[:20] + b"\n" + x.splitlines(True)[1], "line 1 is not a metrics"),
+        (METRICS_FILE, lambda x: x.splitlines(True)[0] + x.splitlines(True)[1][:20],
+         "holds rounds 1..1 (1 lines) but the checkpoint is after round 2"),
+        (METRICS_FILE, lambda x: x + x.splitlines(True)[1], "(3 lines) but the checkpoint is after "
+         "round 2: lines are missing or repeated"),
         (CHECKPOINT_FILE, lambda x: x[: len(x) // 3], "checkpoint.pt cannot be read"),
     ],
 )  # fmt: skip
