@@ -177,13 +177,6 @@ def _tied_settings() -> tuple[float, float, int]:
     return rho, hits / len(orders), len(close)
 
 
-def _tost_holm(preset: str, sweep: str, picks: tuple[tuple[str, str], ...]) -> tuple:
-    """Holm over the setting's TOSTs (both endpoints of every policy but FSCD): ``picks``'."""
-    tests = [(p, c) for p in PRESETS[preset][2] if p != FSCD for c in (FINAL, BEST)]
-    adjusted = dict(zip(tests, holm([_tost_p(preset, p, sweep, c) for p, c in tests]), strict=True))
-    return tuple(adjusted[pick] for pick in picks)
-
-
 def _least_tost(preset: str, sweep: str, policies: tuple[str, ...]) -> float:
     """The smallest TOST p over ``policies`` and both accuracy endpoints at ``sweep``."""
     return min(_tost_p(preset, p, sweep, c) for p in policies for c in (FINAL, BEST))
@@ -362,7 +355,8 @@ CELLS = {
     "bΔ": "best_diff_vs_fedcgd_fscd", "p": "p_value_vs_fedcgd_fscd",
     "bp": "best_p_value_vs_fedcgd_fscd", "sp": "rounds_sign_p_vs_fedcgd_fscd",
     "won": "rounds_later_vs_fedcgd_fscd", "lost": "rounds_earlier_vs_fedcgd_fscd",
-    "tied": "rounds_tied_vs_fedcgd_fscd",
+    "tied": "rounds_tied_vs_fedcgd_fscd", "tp": "tost_p_vs_fedcgd_fscd",
+    "btp": "best_tost_p_vs_fedcgd_fscd",
 }  # fmt: skip
 #: Ĝ/σ̂ points: ``ρ <key>``, ``ρp <key>`` (its p), ``n <key>`` (how many).
 INDICATORS = {
@@ -460,7 +454,6 @@ EXTRA: dict[str, Callable[[], Any]] = {
         ).statistic
     ),
     "cbs−bn2 τ1": lambda: _mean(LOCAL, "fedcbs", TAU1, FINAL) - _mean(LOCAL, "bn2", TAU1, FINAL),
-    "tost d holm": lambda: _tost_holm(DIGITS, "", (("bc", BEST), ("fedcbs", BEST))),
     "tost9 d bc": lambda: _tost_p(DIGITS, "bc", "", BEST, 0.009),
     "tost9 d cbs": lambda: _tost_p(DIGITS, "fedcbs", "", BEST, 0.009),
     "tied ρ": lambda: _tied_settings()[0],
@@ -491,10 +484,6 @@ def _value(key: str) -> float:
         setting, policy, seed, field = rest.split()
         (preset, sweep), policy = SETTINGS[setting], POLICIES[policy]
         return _run(preset, sweep, policy, seed, {"best": BEST, "final": FINAL}[field])
-    if head == "tost":  # tost <setting> <policy> <final | best>
-        setting, policy, field = rest.split()
-        (preset, sweep), policy = SETTINGS[setting], POLICIES[policy]
-        return _tost_p(preset, policy, sweep, {"best": BEST, "final": FINAL}[field])
     if head in ("ρ", "ρp", "n"):
         points = _points(*INDICATORS[rest])
         return len(points) if head == "n" else _spearman(points)[head == "ρp"]
@@ -591,7 +580,7 @@ PHRASES = {
         "no gap stays significant: Fed-CBS's and BN2's become {r3 cbs bph} each, POC's "
         "{r3 poc bph}, and no accuracy test of r = 3 goes below {r3 bn2 bph}.",
         "{-r1 bc bΔ} above BC's (p = {r1 bc bp}, {r1 bc bph} after",
-        "not shown similar either (TOST at ±0.01: p = {tost r3 gs best} and {tost r9 gs best})",
+        "not shown similar either (TOST at ±0.01: p = {r3 gs btp} and {r9 gs btp})",
         "Best accuracy {r3 gs bΔ} (p = {r3 gs bp}) at r = 3 and {r9 gs bΔ} (p = {r9 gs bp}) at r = "
         "9",
         "{r* bc won} of the {r* bc n} untied pairs, exact sign test p = {r* bc sp} (at most "
@@ -673,7 +662,7 @@ PHRASES = {
         "τ = 1: final {τ1 gc Δ} (p = {τ1 gc p}, Holm {τ1 gc ph}), median rounds to 0.8 "
         "{τ1 gc median} for both",
         "τ = 5: FSCD's final accuracy {-τ5 bc Δ} above BC's (p = {τ5 bc p}, Holm {τ5 bc ph})",
-        "BC only {-r3 bc bΔ} (p = {r3 bc bp}; TOST p = {tost r3 bc best})",
+        "BC only {-r3 bc bΔ} (p = {r3 bc bp}; TOST p = {r3 bc btp})",
         "(at α = 10 FSCD earlier in {α10 gs won} of 4 untied pairs, Holm {α10 gs sph})",
         "in rounds to 0.7 over the r preset FSCD is earlier in {r* gc won} of {r* gc n} untied "
         "pairs (Holm {r* gc sph})",
@@ -686,10 +675,10 @@ PHRASES = {
         "none of the 12 final and best accuracy tests is after Holm (BC's final accuracy, above, "
         "has the smallest, {d holm least}; POC's best accuracy, p = {d poc bp}, becomes "
         "{d poc bph})",
-        "nor shown similar (paired TOST, ±0.01: p = {tost d gs final} final, {tost d gs best} "
+        "nor shown similar (paired TOST, ±0.01: p = {d gs tp} final, {d gs btp} "
         "best)",
-        "and Fed-CBS's best accuracy within ±0.01 of FSCD's (p = {tost d bc best} and "
-        "{tost d cbs best}), become {tost d holm} and {tost d holm p} after Holm over the "
+        "and Fed-CBS's best accuracy within ±0.01 of FSCD's (p = {d bc btp} and "
+        "{d cbs btp}), become {d bc btph} and {d cbs btph} after Holm over the "
         "setting's 12 TOSTs, and at a margin of ±0.009 they would be {tost9 d bc} and "
         "{tost9 d cbs} before it",
         "before BC in {d bc won} of 5 seeds ({d fscd reached} rounds against {d bc reached} on "
