@@ -66,7 +66,6 @@ FAMILIES = tuple(
 
 
 def _rows(name: str) -> list[dict[str, str]]:
-    """The rows of ``docs/<name>.csv``."""
     with (DOCS / f"{name}.csv").open(newline="") as handle:
         return list(csv.DictReader(handle))
 
@@ -79,12 +78,10 @@ def _runs(preset: str) -> list[dict[str, str]]:
 
 @functools.cache
 def _table(preset: str) -> dict[tuple[str, str], dict[str, str]]:
-    """``docs/<preset>.csv`` by (sweep, policy)."""
     return {(r.get("sweep", ""), r["policy"]): r for r in _rows(preset)}
 
 
 def _by_seed(preset: str, policy: str, sweep: str) -> dict[str, dict[str, str]]:
-    """Seed -> ``policy``'s run at ``sweep``."""
     return {r["seed"]: r for r in _runs(preset) if (r["policy"], r["sweep"]) == (policy, sweep)}
 
 
@@ -178,7 +175,6 @@ def _tied_settings() -> tuple[float, float, int]:
 
 
 def _least_tost(preset: str, sweep: str, policies: tuple[str, ...]) -> float:
-    """The smallest TOST p over ``policies`` and both accuracy endpoints at ``sweep``."""
     return min(_tost_p(preset, p, sweep, c) for p in policies for c in (FINAL, BEST))
 
 
@@ -211,9 +207,11 @@ def _section(where: str) -> str:
     return text
 
 
-def _md_table(where: str, first: str) -> list[list[str]]:
-    """The cells of the body rows of the Markdown table whose header starts with ``first``."""
+def _md_table(where: str, first: str, after: str = "") -> list[list[str]]:
+    """The cells of the body rows of the first Markdown table after ``after`` whose header starts
+    with ``first``."""
     text = _section(where)
+    text = text[text.index(after) :]
     lines = text[text.index(first) :].splitlines()[2:]
     rows = itertools.takewhile(lambda line: line.startswith("|"), lines)
     return [[c.strip() for c in line.strip().strip("|").split("|")] for line in rows]
@@ -232,7 +230,6 @@ def _points(name: str, setting: str | None = None) -> list[tuple[float, float]]:
 
 
 def _spearman(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """Spearman's ρ and its two-sided p-value (scipy)."""
     result = stats.spearmanr(*zip(*points, strict=True))
     return float(result.statistic), float(result.pvalue)
 
@@ -270,7 +267,6 @@ TARGETS = {DIRICHLET: 0.8, LOCAL: 0.8, IMBALANCE: 0.7, DIGITS: 0.85}
 
 
 def _typed(run: dict[str, str]) -> dict[str, Any]:
-    """A run of ``runs.csv`` as the project code holds it (numbers, None for empty cells)."""
     numbers = {FINAL, BEST, SCHEDULED, WEMD}
     whole = {"seed", "rounds_to_target", "rounds_run", "devices_lost"}
     return {
@@ -938,18 +934,14 @@ def _fall_rows(name: str) -> dict[int, dict[str, str]]:
 @pytest.mark.parametrize(("anchor", "name", "etas"), FALLS)
 def test_each_fall_tables_cells_are_its_csv_values(anchor: str, name: str, etas: tuple) -> None:
     """Accuracy (test loss) of each η at each round shown, as its CSV holds them."""
-    text = _section("evidence.md")
-    lines = text[text.index(anchor) :].split("\n| round |", 1)[1].splitlines()[2:]
-    body = list(itertools.takewhile(lambda line: line.startswith("|"), lines))
-    rows = _fall_rows(name)
+    body, rows = _md_table("evidence.md", "| round |", anchor), _fall_rows(name)
     assert len(body) >= 9
-    for line in body:
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    for cells in body:
         row = rows[int(cells[0].replace(",", ""))]
         assert cells[1:] == [
             f"{float(row[f'eta_{e}_accuracy']):.3f} ({float(row[f'eta_{e}_loss']):.2f})"
             for e in etas
-        ], line
+        ], cells
 
 
 def test_the_alpha_10_falls_readings() -> None:
