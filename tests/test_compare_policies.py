@@ -92,7 +92,6 @@ def test_tables_from_finished_runs(tmp_path, monkeypatch, capsys):
     assert table["bc"]["reached_target"] == "2"
     assert float(table["bc"]["rounds_to_target_km_median"]) == 3
 
-    # paired t-tests of bc against fedcgd-fscd on the final and the best accuracy
     for prefix, reduce in (("", lambda accs: accs[-1]), ("best_", max)):
         bc, ref = ([reduce(ACCURACY[p][s]) for s in (0, 1, 2)] for p in ("bc", "fedcgd-fscd"))
         d = np.subtract(bc, ref)
