@@ -150,7 +150,8 @@ def test_pairs_only_common_seeds_and_one_seed_has_no_interval(tmp_path, monkeypa
 
 def test_command_line_seeds_and_policies_named_by_their_figure_labels(tmp_path, monkeypatch):
     """``FedCGD-FSCD`` and ``BC (best channel)`` (any case): the runs, folders and CSVs say the
-    names (table.md the labels: test_table_md_holds_the_reader_columns_rounded_as_in_the_docs)."""
+    names (table.md the labels: test_table_md_holds_the_reader_columns_rounded_as_in_the_docs).
+    A policy named by file path: tables and console lines use its folder's label, not the path."""
     calls: list[dict] = []
     monkeypatch.setattr(execution, "run_flwr", finishing_flwr(calls))
     out = tmp_path / "cli"
@@ -164,6 +165,12 @@ def test_command_line_seeds_and_policies_named_by_their_figure_labels(tmp_path, 
     calls.clear()
     assert invoke(["compare", *args, "--run-config", "seed=7"]) == 0  # one seed from the run config
     assert [(c["policy"], c["seed"]) for c in calls] == [("fedcgd-fscd", 7), ("bc", 7)]
+    policy = f"{Path('examples/proportional_fair.py').resolve()}:ProportionalFair"
+    folder = tmp_path / "ProportionalFair" / "seed-0"
+    write_run(folder, {"policy": policy, "seed": 0}, [{"round": 1, "accuracy": 0.5}])
+    assert results.summarise(folder)["policy"] == "ProportionalFair"
+    plan = planning.PlannedRun(policy, 0, folder, {}, planning.RUN)
+    assert plan.label == "ProportionalFair/seed-0"
 
 
 @pytest.mark.parametrize(
@@ -368,16 +375,6 @@ def test_policies_that_schedule_alike_in_every_round_are_named_once(tmp_path):
         "common seed(s)): the same runs, whatever their rules"
     ]
     assert results.same_schedule_lines(runs[:2] + runs[4:]) == []
-
-
-def test_a_policy_named_by_file_path_is_labelled_by_its_class_name(tmp_path):
-    """Tables and console lines use the label its folder has, not the whole path."""
-    policy = f"{Path('examples/proportional_fair.py').resolve()}:ProportionalFair"
-    folder = tmp_path / "ProportionalFair" / "seed-0"
-    write_run(folder, {"policy": policy, "seed": 0}, [{"round": 1, "accuracy": 0.5}])
-    assert results.summarise(folder)["policy"] == "ProportionalFair"
-    plan = planning.PlannedRun(policy, 0, folder, {}, planning.RUN)
-    assert plan.label == "ProportionalFair/seed-0"
 
 
 def test_policy_params_no_policy_takes_are_refused_with_each_policys_reason(tmp_path):

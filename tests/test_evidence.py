@@ -102,7 +102,7 @@ def test_signed_rank_p_equals_the_enumeration_of_every_sign_flip(seed: int) -> N
     assert test.sign_p == pytest.approx(min(1.0, 2 * tail), nan_ok=True)
 
 
-def test_early_ratio_and_late_accuracy() -> None:
+def test_early_ratio_late_accuracy_and_the_indicator_test_by_hand() -> None:
     lines = [
         {"round": 1, "class_gradient_used": 1.0, "sigma": 2.0},  # 0.5
         {"round": 2, "class_gradient_used": 3.0, "sigma": 2.0},  # 1.5
@@ -114,16 +114,12 @@ def test_early_ratio_and_late_accuracy() -> None:
     assert early_ratio(lines, early_rounds=5) == pytest.approx(1.0)
     assert early_ratio(lines, early_rounds=6) == pytest.approx((0.5 + 1.5 + 9.0) / 3)
     assert math.isnan(early_ratio(lines[2:5], early_rounds=5))
-    # the late accuracy: the mean over the last fraction of the rounds
     lines = [{"round": r, "accuracy": r / 10 if r % 2 == 0 else None} for r in range(1, 11)]
     # 10 rounds, last 20 %: rounds 9 and 10; only 10 was evaluated
     assert late_accuracy(lines, 0.2) == pytest.approx(1.0)
     # last 50 %: rounds 6..10, evaluated 6, 8, 10
     assert late_accuracy(lines, 0.5) == pytest.approx((0.6 + 0.8 + 1.0) / 3)
     assert math.isnan(late_accuracy([], 0.2))
-
-
-def test_indicator_test_by_hand() -> None:
     # ranks x 1 2 3 4, y 1 3 2 4: sum d^2 = 2, rho = 1 - 6 * 2 / (4 * 15) = 0.8
     test = indicator_test([(0.1, 0.0), (0.2, 0.3), (0.3, 0.1), (0.4, 0.5), (math.nan, 1.0)])
     assert test.n == 4 and test.rho == pytest.approx(0.8)
