@@ -41,10 +41,6 @@ def no_flwr(*args, **kwargs):
     raise AssertionError("finished runs must not run again")
 
 
-def bc_seed_1(run_config):
-    return run_config["policy"] == "bc" and run_config["seed"] == 1
-
-
 def ci95(x: list[float]) -> float:
     return float(stats.t.ppf(0.975, len(x) - 1) * np.std(x, ddof=1) / np.sqrt(len(x)))
 
@@ -238,7 +234,7 @@ def test_a_failed_run_is_named_with_its_reason_and_the_printed_command_runs_it_a
 ):
     """``flwr run`` exits 1, or 0 when the ServerApp raises (the reason: status.json) or when the
     simulation crashed before the ServerApp said why (the reason: Flower's first ERROR line)."""
-    fails = lambda c: how if bc_seed_1(c) else None  # noqa: E731
+    fails = lambda c: how if (c["policy"], c["seed"]) == ("bc", 1) else None  # noqa: E731
     calls: list[dict] = []
     monkeypatch.setattr(execution, "run_flwr", finishing_flwr(calls, lambda c: [0.5, 0.6], fails))
     out = tmp_path / "failing"

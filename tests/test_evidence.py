@@ -153,15 +153,6 @@ def test_holm_runs_over_both_accuracy_endpoints_as_one_family() -> None:
     assert all(math.isnan(r[f"{wilcoxon}_holm"]) for r in rows)
 
 
-def _clustered_points(n_settings: int) -> list[dict]:
-    """Settings k = 1..n: across settings Ĝ/σ̂ and the gap rise together; within, opposite."""
-    return [
-        {"setting": f"s{k}", "ghat_over_sigma_early": k + dx, "gap_late": 10 * k - 2 * dx}
-        for k in range(1, n_settings + 1)
-        for dx in (-0.25, 0.0, 0.25)
-    ]
-
-
 @pytest.mark.parametrize(
     ("n_settings", "pooled_rho", "setting_p", "verdict"),
     [  # pooled: per setting d = (−2, 0, 2) on the ranks, Σd² = 8 per setting
@@ -176,7 +167,12 @@ def _clustered_points(n_settings: int) -> list[dict]:
 def test_the_indicator_is_tested_across_settings_not_across_points(
     n_settings: int, pooled_rho: float, setting_p: float, verdict: str
 ) -> None:
-    summary = indicator_summary(_clustered_points(n_settings))
+    points = [  # settings k = 1..n: across them Ĝ/σ̂ and the gap rise together; within, opposite
+        {"setting": f"s{k}", "ghat_over_sigma_early": k + dx, "gap_late": 10 * k - 2 * dx}
+        for k in range(1, n_settings + 1)
+        for dx in (-0.25, 0.0, 0.25)
+    ]
+    summary = indicator_summary(points)
     assert summary["n_points"] == 3 * n_settings and summary["p_value"] < 0.001
     assert summary["spearman_rho"] == pytest.approx(pooled_rho)
     # the setting means rank alike: ρ = 1; exact p: the 2 of n! pairings with |ρ| = 1
