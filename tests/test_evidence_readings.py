@@ -3,10 +3,8 @@
 ``docs/mnist1d_<preset>_runs.csv`` holds a preset's runs (one row per sweep point × policy ×
 seed), ``docs/compare_digits_runs.csv`` the digits comparison's (no sweep). The tables
 (``docs/<preset>.csv``) are recomputed here from those rows with scipy (Holm and Kaplan–Meier:
-experiments/analysis/statistics.py, checked by hand in tests/test_statistics.py); each docs
-sentence of :data:`PHRASES` marks its numbers with ``{key}``, the table cell or reading
-(:func:`_value`) the number must print.
-"""
+experiments/analysis/statistics.py, checked by hand in tests/test_statistics.py); the docs'
+sentences (:data:`PHRASES`) must print the readings."""
 
 from __future__ import annotations
 

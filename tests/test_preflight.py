@@ -70,8 +70,9 @@ def test_device_samples_is_the_size_of_every_partition(partition, devices, shard
     assert sizes == {expected}
 
 
-def test_local_work_bound_is_max_local_passes_over_a_device():
-    from experiments.run.preflight import MAX_LOCAL_PASSES, check_sizes
+def test_local_work_bound_is_max_local_passes_over_a_device_and_models_fit_their_images():
+    """The CNN on digits is refused: test_impossible_sizes_models_and_resumes_are_refused_..."""
+    from experiments.run.preflight import MAX_LOCAL_PASSES, check_model_fits, check_sizes
     from server_app.config import parse_run_config
 
     labels = load_data("digits", "")[0].labels
@@ -80,12 +81,6 @@ def test_local_work_bound_is_max_local_passes_over_a_device():
     check_sizes(parse_run_config({**config, "local-steps": 1093}), labels)  # 34,976 <= 35,000
     with pytest.raises(ValueError, match=r"'local-steps' × 'batch-size' = 1094 × 32"):
         check_sizes(parse_run_config({**config, "local-steps": 1094}), labels)  # 35,008 > 35,000
-
-
-def test_model_fits_the_images_it_is_built_for():
-    """The CNN on digits is refused: test_impossible_sizes_models_and_resumes_are_refused_..."""
-    from experiments.run.preflight import check_model_fits
-
     check_model_fits("cnn", "cifar10", 10, (3, 32, 32))
     check_model_fits("mlp", "digits", 10, (1, 8, 8))
 
