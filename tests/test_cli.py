@@ -13,7 +13,8 @@ import typer
 from subprocesses import FEDCGD
 from test_readme_commands import readme_commands
 
-from experiments.cli import app, invoke
+from experiments.cli import app, invoke, tools
+from experiments.compare.plans import NOT_SETTABLE
 
 #: The subcommands, as the README lists them (groups with theirs).
 COMMANDS = "run inprocess compare reproduce plot runs indicator certificates channel-report"
@@ -42,8 +43,6 @@ ROOT = typer.main.get_command(app)
 
 
 def test_compares_run_config_help_suggests_no_key_it_refuses():
-    from experiments.compare.plans import NOT_SETTABLE
-
     compare = ROOT.get_command(click.Context(ROOT), "compare")
     [option] = [p for p in compare.params if p.name == "run_config"]
     assert not [key for key in NOT_SETTABLE if f"{key}=" in option.help], option.help
@@ -100,17 +99,14 @@ def documented() -> list[list[str]]:
     return list({shlex.join(w): w for w in every}.values())
 
 
-def test_the_docs_give_fedcgd_commands():
-    names = {words[0] for words in documented() if words}
-    assert {"run", "inprocess", "compare", "reproduce", "plot", "channel-report"} <= names
-
-
 @pytest.mark.parametrize("words", documented(), ids=shlex.join)
 def test_every_documented_command_names_a_subcommand_and_its_options(words):
     parse_documented(words)
 
 
-def test_the_check_of_the_docs_fails_on_a_name_the_tool_does_not_have():
+def test_the_docs_give_fedcgd_commands_and_their_check_fails_on_a_name_the_tool_lacks():
+    names = {words[0] for words in documented() if words}
+    assert {"run", "inprocess", "compare", "reproduce", "plot", "channel-report"} <= names
     parse_documented(["paper", "schedule-table", "--rounds", "N"])  # a placeholder value passes
     with pytest.raises(click.NoSuchOption):
         parse_documented(["run", "--deployment", "--no-such-option", "1"])
@@ -156,8 +152,6 @@ def test_the_script_exits_with_the_commands_code():
 
 def test_ctrl_c_in_any_command_exits_130(monkeypatch):
     # typer turns a KeyboardInterrupt in a command into exit code 130, as SIGINT gives
-    from experiments.cli import invoke, tools
-
     def interrupted() -> str:
         raise KeyboardInterrupt
 

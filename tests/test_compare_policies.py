@@ -41,10 +41,6 @@ def no_flwr(*args, **kwargs):
     raise AssertionError("finished runs must not run again")
 
 
-def bc_seed_1(run_config):
-    return run_config["policy"] == "bc" and run_config["seed"] == 1
-
-
 def ci95(x: list[float]) -> float:
     return float(stats.t.ppf(0.975, len(x) - 1) * np.std(x, ddof=1) / np.sqrt(len(x)))
 
@@ -92,7 +88,6 @@ def test_tables_from_finished_runs(tmp_path, monkeypatch, capsys):
     assert table["bc"]["reached_target"] == "2"
     assert float(table["bc"]["rounds_to_target_km_median"]) == 3
 
-    # paired t-tests of bc against fedcgd-fscd on the final and the best accuracy
     for prefix, reduce in (("", lambda accs: accs[-1]), ("best_", max)):
         bc, ref = ([reduce(ACCURACY[p][s]) for s in (0, 1, 2)] for p in ("bc", "fedcgd-fscd"))
         d = np.subtract(bc, ref)
@@ -151,7 +146,8 @@ def test_pairs_only_common_seeds_and_one_seed_has_no_interval(tmp_path, monkeypa
 
 def test_command_line_seeds_and_policies_named_by_their_figure_labels(tmp_path, monkeypatch):
     """``FedCGD-FSCD`` and ``BC (best channel)`` (any case): the runs, folders and CSVs say the
-    names (table.md the labels: test_table_md_holds_the_reader_columns_rounded_as_in_the_docs)."""
+    names (table.md the labels: test_table_md_holds_the_reader_columns_rounded_as_in_the_docs).
+    A policy named by file path: tables and console lines use its folder's label, not the path."""
     calls: list[dict] = []
     monkeypatch.setattr(execution, "run_flwr", finishing_flwr(calls))
     out = tmp_path / "cli"
@@ -165,6 +161,12 @@ def test_command_line_seeds_and_policies_named_by_their_figure_labels(tmp_path, 
     calls.clear()
     assert invoke(["compare", *args, "--run-config", "seed=7"]) == 0  # one seed from the run config
     assert [(c["policy"], c["seed"]) for c in calls] == [("fedcgd-fscd", 7), ("bc", 7)]
+    policy = f"{Path('examples/proportional_fair.py').resolve()}:ProportionalFair"
+    folder = tmp_path / "ProportionalFair" / "seed-0"
+    write_run(folder, {"policy": policy, "seed": 0}, [{"round": 1, "accuracy": 0.5}])
+    assert results.summarise(folder)["policy"] == "ProportionalFair"
+    plan = planning.PlannedRun(policy, 0, folder, {}, planning.RUN)
+    assert plan.label == "ProportionalFair/seed-0"
 
 
 @pytest.mark.parametrize(
@@ -232,7 +234,7 @@ def test_a_failed_run_is_named_with_its_reason_and_the_printed_command_runs_it_a
 ):
     """``flwr run`` exits 1, or 0 when the ServerApp raises (the reason: status.json) or when the
     simulation crashed before the ServerApp said why (the reason: Flower's first ERROR line)."""
-    fails = lambda c: how if bc_seed_1(c) else None  # noqa: E731
+    fails = lambda c: how if (c["policy"], c["seed"]) == ("bc", 1) else None  # noqa: E731
     calls: list[dict] = []
     monkeypatch.setattr(execution, "run_flwr", finishing_flwr(calls, lambda c: [0.5, 0.6], fails))
     out = tmp_path / "failing"
@@ -369,16 +371,6 @@ def test_policies_that_schedule_alike_in_every_round_are_named_once(tmp_path):
         "common seed(s)): the same runs, whatever their rules"
     ]
     assert results.same_schedule_lines(runs[:2] + runs[4:]) == []
-
-
-def test_a_policy_named_by_file_path_is_labelled_by_its_class_name(tmp_path):
-    """Tables and console lines use the label its folder has, not the whole path."""
-    policy = f"{Path('examples/proportional_fair.py').resolve()}:ProportionalFair"
-    folder = tmp_path / "ProportionalFair" / "seed-0"
-    write_run(folder, {"policy": policy, "seed": 0}, [{"round": 1, "accuracy": 0.5}])
-    assert results.summarise(folder)["policy"] == "ProportionalFair"
-    plan = planning.PlannedRun(policy, 0, folder, {}, planning.RUN)
-    assert plan.label == "ProportionalFair/seed-0"
 
 
 def test_policy_params_no_policy_takes_are_refused_with_each_policys_reason(tmp_path):

@@ -102,7 +102,7 @@ def test_signed_rank_p_equals_the_enumeration_of_every_sign_flip(seed: int) -> N
     assert test.sign_p == pytest.approx(min(1.0, 2 * tail), nan_ok=True)
 
 
-def test_early_ratio_and_late_accuracy() -> None:
+def test_early_ratio_late_accuracy_and_the_indicator_test_by_hand() -> None:
     lines = [
         {"round": 1, "class_gradient_used": 1.0, "sigma": 2.0},  # 0.5
         {"round": 2, "class_gradient_used": 3.0, "sigma": 2.0},  # 1.5
@@ -114,16 +114,12 @@ def test_early_ratio_and_late_accuracy() -> None:
     assert early_ratio(lines, early_rounds=5) == pytest.approx(1.0)
     assert early_ratio(lines, early_rounds=6) == pytest.approx((0.5 + 1.5 + 9.0) / 3)
     assert math.isnan(early_ratio(lines[2:5], early_rounds=5))
-    # the late accuracy: the mean over the last fraction of the rounds
     lines = [{"round": r, "accuracy": r / 10 if r % 2 == 0 else None} for r in range(1, 11)]
     # 10 rounds, last 20 %: rounds 9 and 10; only 10 was evaluated
     assert late_accuracy(lines, 0.2) == pytest.approx(1.0)
     # last 50 %: rounds 6..10, evaluated 6, 8, 10
     assert late_accuracy(lines, 0.5) == pytest.approx((0.6 + 0.8 + 1.0) / 3)
     assert math.isnan(late_accuracy([], 0.2))
-
-
-def test_indicator_test_by_hand() -> None:
     # ranks x 1 2 3 4, y 1 3 2 4: sum d^2 = 2, rho = 1 - 6 * 2 / (4 * 15) = 0.8
     test = indicator_test([(0.1, 0.0), (0.2, 0.3), (0.3, 0.1), (0.4, 0.5), (math.nan, 1.0)])
     assert test.n == 4 and test.rho == pytest.approx(0.8)
@@ -131,43 +127,6 @@ def test_indicator_test_by_hand() -> None:
     assert test.p_value == pytest.approx(2 * stats.t.sf(t, 2))
     assert math.isnan(indicator_test([(1, 2), (2, 3)]).rho)  # under three points
     assert math.isnan(indicator_test([(1, 2), (2, 2), (3, 2)]).p_value)  # a constant gap
-
-
-def test_the_table_adjusts_each_p_column_by_holm_over_its_policies() -> None:
-    def run(policy: str, seed: int, final: float, reached: int | None) -> dict:
-        return {
-            "policy": policy, "seed": seed, "final_accuracy": final, "max_accuracy": final,
-            "rounds_to_target": reached, "mean_scheduled": 5.0, "mean_wemd": 0.2,
-            "rounds_run": 40, "devices_lost": 0,
-        }  # fmt: skip
-
-    finals = {"fedcgd-fscd": [0.8, 0.9, 0.7], "bc": [0.7, 0.7, 0.6], "poc": [0.81, 0.85, 0.72]}
-    reached = {"fedcgd-fscd": [10, 20, 30], "bc": [None, None, 35], "poc": [15, None, 25]}
-    runs = [
-        run(p, s, finals[p][s], reached[p][s]) for p in finals for s in range(3)
-    ]  # fmt: skip
-    rows = {r["policy"]: r for r in results.table_rows(runs, 0.75)}
-    assert rows["bc"]["rounds_to_target_km_median"] == math.inf  # 1 of 3
-    assert rows["poc"]["rounds_to_target_km_median"] == 25  # 2 of 3 by round 25
-    assert rows["fedcgd-fscd"]["rounds_to_target_km_median"] == 20
-    accuracy, *rounds, _ = results.HOLM_FAMILIES  # the TOSTs: the hand example below
-    for family in rounds:  # each rounds test alone: two p-values, one per policy
-        (column,) = family
-        low, high = sorted(rows[p][column] for p in ("bc", "poc"))
-        expected = {low: min(1, 2 * low), high: max(min(1, 2 * low), high)}
-        for policy in ("bc", "poc"):
-            assert rows[policy][f"{column}_holm"] == pytest.approx(expected[rows[policy][column]])
-    # final and best accuracy together (equal here, so each p twice): four p-values, the two
-    # smaller ones (the same policy's) times 4, the larger ones times 2, then not below those
-    low, high = sorted(rows[p][accuracy[0]] for p in ("bc", "poc"))
-    assert [rows[p][accuracy[1]] for p in ("bc", "poc")] == [
-        rows[p][accuracy[0]] for p in ("bc", "poc")
-    ]
-    expected = {low: min(1, 4 * low), high: max(min(1, 4 * low), min(1, 2 * high))}
-    for column, policy in itertools.product(accuracy, ("bc", "poc")):
-        assert rows[policy][f"{column}_holm"] == pytest.approx(expected[rows[policy][column]])
-    for column in results.P_COLUMNS:
-        assert math.isnan(rows["fedcgd-fscd"][f"{column}_holm"])
 
 
 def test_holm_runs_over_both_accuracy_endpoints_as_one_family() -> None:
@@ -194,15 +153,6 @@ def test_holm_runs_over_both_accuracy_endpoints_as_one_family() -> None:
     assert all(math.isnan(r[f"{wilcoxon}_holm"]) for r in rows)
 
 
-def _clustered_points(n_settings: int) -> list[dict]:
-    """Settings k = 1..n: across settings Ĝ/σ̂ and the gap rise together; within, opposite."""
-    return [
-        {"setting": f"s{k}", "ghat_over_sigma_early": k + dx, "gap_late": 10 * k - 2 * dx}
-        for k in range(1, n_settings + 1)
-        for dx in (-0.25, 0.0, 0.25)
-    ]
-
-
 @pytest.mark.parametrize(
     ("n_settings", "pooled_rho", "setting_p", "verdict"),
     [  # pooled: per setting d = (−2, 0, 2) on the ranks, Σd² = 8 per setting
@@ -217,7 +167,12 @@ def _clustered_points(n_settings: int) -> list[dict]:
 def test_the_indicator_is_tested_across_settings_not_across_points(
     n_settings: int, pooled_rho: float, setting_p: float, verdict: str
 ) -> None:
-    summary = indicator_summary(_clustered_points(n_settings))
+    points = [  # settings k = 1..n: across them Ĝ/σ̂ and the gap rise together; within, opposite
+        {"setting": f"s{k}", "ghat_over_sigma_early": k + dx, "gap_late": 10 * k - 2 * dx}
+        for k in range(1, n_settings + 1)
+        for dx in (-0.25, 0.0, 0.25)
+    ]
+    summary = indicator_summary(points)
     assert summary["n_points"] == 3 * n_settings and summary["p_value"] < 0.001
     assert summary["spearman_rho"] == pytest.approx(pooled_rho)
     # the setting means rank alike: ρ = 1; exact p: the 2 of n! pairings with |ρ| = 1

@@ -3,10 +3,8 @@
 ``docs/mnist1d_<preset>_runs.csv`` holds a preset's runs (one row per sweep point × policy ×
 seed), ``docs/compare_digits_runs.csv`` the digits comparison's (no sweep). The tables
 (``docs/<preset>.csv``) are recomputed here from those rows with scipy (Holm and Kaplan–Meier:
-experiments/analysis/statistics.py, checked by hand in tests/test_statistics.py); each docs
-sentence of :data:`PHRASES` marks its numbers with ``{key}``, the table cell or reading
-(:func:`_value`) the number must print.
-"""
+experiments/analysis/statistics.py, checked by hand in tests/test_statistics.py); the docs'
+sentences (:data:`PHRASES`) must print the readings."""
 
 from __future__ import annotations
 
@@ -55,15 +53,17 @@ TABLE_II, RATIO, POOLED = "### Local steps and Table II", "### Imbalance ratio",
 ALPHA, PAPER = "### Dirichlet α", "### The paper's claims against these runs"
 #: The p columns of a table by Holm's family, each with a ``_holm`` twin adjusted over its
 #: family's columns of every policy at a sweep point: final and best accuracy together, each
-#: rounds test alone (docs/comparing.md "One rule for many tests").
+#: rounds test alone, both TOSTs together (docs/comparing.md "One rule for many tests").
 FAMILIES = tuple(
     tuple(f"{p}_vs_fedcgd_fscd" for p in family)
-    for family in (("p_value", "best_p_value"), ("rounds_sign_p",), ("rounds_wilcoxon_p",))
-)
+    for family in (
+        ("p_value", "best_p_value"), ("rounds_sign_p",), ("rounds_wilcoxon_p",),
+        ("tost_p", "best_tost_p"),
+    )
+)  # fmt: skip
 
 
 def _rows(name: str) -> list[dict[str, str]]:
-    """The rows of ``docs/<name>.csv``."""
     with (DOCS / f"{name}.csv").open(newline="") as handle:
         return list(csv.DictReader(handle))
 
@@ -76,12 +76,10 @@ def _runs(preset: str) -> list[dict[str, str]]:
 
 @functools.cache
 def _table(preset: str) -> dict[tuple[str, str], dict[str, str]]:
-    """``docs/<preset>.csv`` by (sweep, policy)."""
     return {(r.get("sweep", ""), r["policy"]): r for r in _rows(preset)}
 
 
 def _by_seed(preset: str, policy: str, sweep: str) -> dict[str, dict[str, str]]:
-    """Seed -> ``policy``'s run at ``sweep``."""
     return {r["seed"]: r for r in _runs(preset) if (r["policy"], r["sweep"]) == (policy, sweep)}
 
 
@@ -157,19 +155,12 @@ def _tied_settings() -> tuple[float, float, int]:
     """Spearman's ρ over the pooled settings (mean early Ĝ/σ̂ against mean late FSCD − BC gap)
     with the Ĝ/σ̂ means that lie within each other's 95 % intervals tied; its exact two-sided p
     over every order of the gaps; how many are tied."""
-    by: dict[str, list[dict[str, str]]] = {}
-    for row in _rows("mnist1d_pooled_indicator"):
-        by.setdefault(row["setting"], []).append(row)
     means, halves, gaps = [], [], []
-    for runs in by.values():
-        x = [float(r["ghat_over_sigma_early"]) for r in runs]
+    for points in _settings()["points"].values():
+        x = [a for a, _ in points]
         means.append(statistics.fmean(x))
         halves.append(stats.t.ppf(0.975, len(x) - 1) * statistics.stdev(x) / len(x) ** 0.5)
-        gaps.append(
-            statistics.fmean(
-                float(r["fscd_late_accuracy"]) - float(r["bc_late_accuracy"]) for r in runs
-            )
-        )
+        gaps.append(statistics.fmean(g for _, g in points))
     k = range(len(means))
     near = [[abs(means[i] - means[j]) < min(halves[i], halves[j]) for j in k] for i in k]
     close = [i for i in k if any(near[i][j] for j in k if j != i)]
@@ -181,15 +172,7 @@ def _tied_settings() -> tuple[float, float, int]:
     return rho, hits / len(orders), len(close)
 
 
-def _tost_holm(preset: str, sweep: str, picks: tuple[tuple[str, str], ...]) -> tuple:
-    """Holm over the setting's TOSTs (both endpoints of every policy but FSCD): ``picks``'."""
-    tests = [(p, c) for p in PRESETS[preset][2] if p != FSCD for c in (FINAL, BEST)]
-    adjusted = dict(zip(tests, holm([_tost_p(preset, p, sweep, c) for p, c in tests]), strict=True))
-    return tuple(adjusted[pick] for pick in picks)
-
-
 def _least_tost(preset: str, sweep: str, policies: tuple[str, ...]) -> float:
-    """The smallest TOST p over ``policies`` and both accuracy endpoints at ``sweep``."""
     return min(_tost_p(preset, p, sweep, c) for p in policies for c in (FINAL, BEST))
 
 
@@ -222,9 +205,11 @@ def _section(where: str) -> str:
     return text
 
 
-def _md_table(where: str, first: str) -> list[list[str]]:
-    """The cells of the body rows of the Markdown table whose header starts with ``first``."""
+def _md_table(where: str, first: str, after: str = "") -> list[list[str]]:
+    """The cells of the body rows of the first Markdown table after ``after`` whose header starts
+    with ``first``."""
     text = _section(where)
+    text = text[text.index(after) :]
     lines = text[text.index(first) :].splitlines()[2:]
     rows = itertools.takewhile(lambda line: line.startswith("|"), lines)
     return [[c.strip() for c in line.strip().strip("|").split("|")] for line in rows]
@@ -243,7 +228,6 @@ def _points(name: str, setting: str | None = None) -> list[tuple[float, float]]:
 
 
 def _spearman(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """Spearman's ρ and its two-sided p-value (scipy)."""
     result = stats.spearmanr(*zip(*points, strict=True))
     return float(result.statistic), float(result.pvalue)
 
@@ -272,11 +256,28 @@ def _settings() -> dict[str, Any]:
         "within": _spearman(centred),
         "left out": {k: rho(skip=k) for k in names},
         "each": {k: _spearman(v) for k, v in points.items()},
+        "points": points,
+    }
+
+
+#: Each table's target accuracy (its rounds columns are the runs' own rounds to it).
+TARGETS = {DIRICHLET: 0.8, LOCAL: 0.8, IMBALANCE: 0.7, DIGITS: 0.85}
+
+
+def _typed(run: dict[str, str]) -> dict[str, Any]:
+    numbers = {FINAL, BEST, SCHEDULED, WEMD}
+    whole = {"seed", "rounds_to_target", "rounds_run", "devices_lost"}
+    return {
+        k: (None if v == "" else float(v) if k in numbers else int(v) if k in whole else v)
+        for k, v in run.items()
     }
 
 
 @pytest.mark.parametrize("preset", list(PRESETS))
 def test_the_table_is_recomputed_from_its_runs(preset: str) -> None:
+    """Every cell of ``docs/<preset>.csv`` recomputed here with scipy, and written again by
+    ``results.table_rows`` (what a fresh ``fedcgd compare`` or ``reproduce`` over these runs
+    writes); one code digest per table in ``runs.csv``'s code column."""
     sweeps, n_runs, policies = PRESETS[preset]
     table = _table(preset)
     assert len(_runs(preset)) == n_runs and set(table) == set(itertools.product(sweeps, policies))
@@ -289,7 +290,9 @@ def test_the_table_is_recomputed_from_its_runs(preset: str) -> None:
         reached = [(int(r["rounds_to_target"] or 0) or None, int(r["rounds_run"])) for r in runs]
         assert int(row["reached_target"]) == sum(r is not None for r, _ in reached)
         assert float(row["rounds_to_target_km_median"]) == km_median(reached)
-        if policy != FSCD:  # the table counts from the other policy's side
+        if policy == FSCD:
+            assert {row[f"{prefix}tost_p_vs_fedcgd_fscd"] for prefix in ("", "best_")} == {""}
+        else:  # the table counts from the other policy's side
             earlier, later, tied = _counts(preset, policy, sweep)
             counted = (int(row[f"rounds_{k}_vs_fedcgd_fscd"]) for k in ("later", "earlier", "tied"))
             assert tuple(counted) == (earlier, later, tied)
@@ -300,35 +303,16 @@ def test_the_table_is_recomputed_from_its_runs(preset: str) -> None:
                 diff, p = _paired_t_p(preset, policy, sweep, column)
                 assert float(row[f"{prefix}diff_vs_fedcgd_fscd"]) == pytest.approx(diff, abs=1e-12)
                 assert float(row[f"{prefix}p_value_vs_fedcgd_fscd"]) == pytest.approx(p)
+                tost = _tost_p(preset, policy, sweep, column)
+                assert float(row[f"{prefix}tost_p_vs_fedcgd_fscd"]) == pytest.approx(tost)
     for sweep, family in itertools.product(sweeps, FAMILIES):  # Holm over each sweep point
         raw = {(p, c): float(table[(sweep, p)][c]) for p in policies if p != FSCD for c in family}
         assert len(raw) == len(family) * (len(policies) - 1)
         for (policy, column), expected in _holm(raw).items():
             assert float(table[(sweep, policy)][f"{column}_holm"]) == pytest.approx(expected)
-
-
-#: Each table's target accuracy (its rounds columns are the runs' own rounds to it).
-TARGETS = {DIRICHLET: 0.8, LOCAL: 0.8, IMBALANCE: 0.7, DIGITS: 0.85}
-
-
-@pytest.mark.parametrize("preset", list(PRESETS))
-def test_the_project_code_writes_the_committed_table(preset: str) -> None:
-    """``results.table_rows`` over the per-run rows, per sweep point, gives every cell of
-    ``docs/<preset>.csv`` (the Holm twins by the families of ``results.HOLM_FAMILIES``): a
-    fresh ``fedcgd compare`` or ``reproduce`` over these runs writes the same table."""
-    numbers = {FINAL, BEST, SCHEDULED, WEMD}
-    whole = {"seed", "rounds_to_target", "rounds_run", "devices_lost"}
-
-    def typed(run: dict[str, str]) -> dict[str, Any]:
-        return {
-            k: (None if v == "" else float(v) if k in numbers else int(v) if k in whole else v)
-            for k, v in run.items()
-        }
-
     points: dict[str, list[dict[str, Any]]] = {}
     for run in _runs(preset):
-        points.setdefault(run["sweep"], []).append(typed(run))
-    table = _table(preset)
+        points.setdefault(run["sweep"], []).append(_typed(run))
     written = [
         (sweep, row) for sweep, runs in points.items()
         for row in results.table_rows(runs, TARGETS[preset])
@@ -344,6 +328,11 @@ def test_the_project_code_writes_the_committed_table(preset: str) -> None:
                 assert text == "", (sweep, row["policy"], column)
             else:
                 assert float(text) == pytest.approx(value, rel=1e-12), (sweep, column)
+    # a resumed run lists each of its codes; the τ and r presets' runs of c307e0f recorded none
+    # (``unknown``): docs/evidence.md shows their sources are those of the one digest
+    digests = {d for run in _runs(preset) for d in run["code"].split()}
+    assert len(digests - {"unknown"}) == 1
+    assert "unknown" not in digests or preset in (LOCAL, IMBALANCE)
 
 
 #: The keys of :func:`_value`: a sweep point (``α*``, ``r*``: pooled over the preset's), a
@@ -360,7 +349,8 @@ CELLS = {
     "bΔ": "best_diff_vs_fedcgd_fscd", "p": "p_value_vs_fedcgd_fscd",
     "bp": "best_p_value_vs_fedcgd_fscd", "sp": "rounds_sign_p_vs_fedcgd_fscd",
     "won": "rounds_later_vs_fedcgd_fscd", "lost": "rounds_earlier_vs_fedcgd_fscd",
-    "tied": "rounds_tied_vs_fedcgd_fscd",
+    "tied": "rounds_tied_vs_fedcgd_fscd", "tp": "tost_p_vs_fedcgd_fscd",
+    "btp": "best_tost_p_vs_fedcgd_fscd",
 }  # fmt: skip
 #: Ĝ/σ̂ points: ``ρ <key>``, ``ρp <key>`` (its p), ``n <key>`` (how many).
 INDICATORS = {
@@ -458,7 +448,6 @@ EXTRA: dict[str, Callable[[], Any]] = {
         ).statistic
     ),
     "cbs−bn2 τ1": lambda: _mean(LOCAL, "fedcbs", TAU1, FINAL) - _mean(LOCAL, "bn2", TAU1, FINAL),
-    "tost d holm": lambda: _tost_holm(DIGITS, "", (("bc", BEST), ("fedcbs", BEST))),
     "tost9 d bc": lambda: _tost_p(DIGITS, "bc", "", BEST, 0.009),
     "tost9 d cbs": lambda: _tost_p(DIGITS, "fedcbs", "", BEST, 0.009),
     "tied ρ": lambda: _tied_settings()[0],
@@ -489,10 +478,6 @@ def _value(key: str) -> float:
         setting, policy, seed, field = rest.split()
         (preset, sweep), policy = SETTINGS[setting], POLICIES[policy]
         return _run(preset, sweep, policy, seed, {"best": BEST, "final": FINAL}[field])
-    if head == "tost":  # tost <setting> <policy> <final | best>
-        setting, policy, field = rest.split()
-        (preset, sweep), policy = SETTINGS[setting], POLICIES[policy]
-        return _tost_p(preset, policy, sweep, {"best": BEST, "final": FINAL}[field])
     if head in ("ρ", "ρp", "n"):
         points = _points(*INDICATORS[rest])
         return len(points) if head == "n" else _spearman(points)[head == "ρp"]
@@ -589,7 +574,7 @@ PHRASES = {
         "no gap stays significant: Fed-CBS's and BN2's become {r3 cbs bph} each, POC's "
         "{r3 poc bph}, and no accuracy test of r = 3 goes below {r3 bn2 bph}.",
         "{-r1 bc bΔ} above BC's (p = {r1 bc bp}, {r1 bc bph} after",
-        "not shown similar either (TOST at ±0.01: p = {tost r3 gs best} and {tost r9 gs best})",
+        "not shown similar either (TOST at ±0.01: p = {r3 gs btp} and {r9 gs btp})",
         "Best accuracy {r3 gs bΔ} (p = {r3 gs bp}) at r = 3 and {r9 gs bΔ} (p = {r9 gs bp}) at r = "
         "9",
         "{r* bc won} of the {r* bc n} untied pairs, exact sign test p = {r* bc sp} (at most "
@@ -671,7 +656,7 @@ PHRASES = {
         "τ = 1: final {τ1 gc Δ} (p = {τ1 gc p}, Holm {τ1 gc ph}), median rounds to 0.8 "
         "{τ1 gc median} for both",
         "τ = 5: FSCD's final accuracy {-τ5 bc Δ} above BC's (p = {τ5 bc p}, Holm {τ5 bc ph})",
-        "BC only {-r3 bc bΔ} (p = {r3 bc bp}; TOST p = {tost r3 bc best})",
+        "BC only {-r3 bc bΔ} (p = {r3 bc bp}; TOST p = {r3 bc btp})",
         "(at α = 10 FSCD earlier in {α10 gs won} of 4 untied pairs, Holm {α10 gs sph})",
         "in rounds to 0.7 over the r preset FSCD is earlier in {r* gc won} of {r* gc n} untied "
         "pairs (Holm {r* gc sph})",
@@ -684,10 +669,10 @@ PHRASES = {
         "none of the 12 final and best accuracy tests is after Holm (BC's final accuracy, above, "
         "has the smallest, {d holm least}; POC's best accuracy, p = {d poc bp}, becomes "
         "{d poc bph})",
-        "nor shown similar (paired TOST, ±0.01: p = {tost d gs final} final, {tost d gs best} "
+        "nor shown similar (paired TOST, ±0.01: p = {d gs tp} final, {d gs btp} "
         "best)",
-        "and Fed-CBS's best accuracy within ±0.01 of FSCD's (p = {tost d bc best} and "
-        "{tost d cbs best}), become {tost d holm} and {tost d holm p} after Holm over the "
+        "and Fed-CBS's best accuracy within ±0.01 of FSCD's (p = {d bc btp} and "
+        "{d cbs btp}), become {d bc btph} and {d cbs btph} after Holm over the "
         "setting's 12 TOSTs, and at a margin of ±0.009 they would be {tost9 d bc} and "
         "{tost9 d cbs} before it",
         "before BC in {d bc won} of 5 seeds ({d fscd reached} rounds against {d bc reached} on "
@@ -740,11 +725,6 @@ def test_the_docs_print_these_readings(where: str) -> None:
     assert wrong == []
 
 
-def _lowest(preset: str, sweep: str, column: str) -> str:
-    values = {p: _mean(preset, p, sweep, column) for p in PRESETS[preset][2]}
-    return min(values, key=values.__getitem__)
-
-
 def _same(preset: str, sweep: str) -> list[tuple[str, ...]]:
     keep = ("policy", "seed", FINAL, BEST, SCHEDULED, WEMD)
     return sorted(tuple(r[k] for k in keep) for r in _runs(preset) if r["sweep"] == sweep)
@@ -772,8 +752,9 @@ def test_the_readings_in_words() -> None:
     # r = 1 is the τ = 1 runs; BC the best baseline at r = 9; FSCD the lowest WEMD everywhere
     assert _same(LOCAL, TAU1) == _same(IMBALANCE, R1) and len(_same(IMBALANCE, R1)) == 35
     assert max(BASELINES, key=lambda p: _mean(IMBALANCE, p, R9, BEST)) == "bc"
-    assert {_lowest(IMBALANCE, s, WEMD) for s in (R1, R3, R9)} == {FSCD}
-    assert _lowest(DIGITS, "", WEMD) == FSCD
+    for preset, sweep in ((IMBALANCE, R1), (IMBALANCE, R3), (IMBALANCE, R9), (DIGITS, "")):
+        wemd = {p: _mean(preset, p, sweep, WEMD) for p in PRESETS[preset][2]}
+        assert min(wemd, key=wemd.__getitem__) == FSCD, sweep
     for policy, fmt in (("bc", ".2f"), ("poc", ".1f"), ("fedcbs", ".1f")):  # "stays at" over r
         assert len({format(_mean(IMBALANCE, policy, r, SCHEDULED), fmt) for r in (R1, R3, R9)}) == 1
 
@@ -930,16 +911,6 @@ def test_the_paper_table() -> None:
     assert len(curves) == 3 and all("untested" in r or "contradicts" in r for r in curves)
 
 
-@pytest.mark.parametrize("preset", list(PRESETS))
-def test_each_tables_runs_share_one_code(preset: str) -> None:
-    """One code digest per table in ``runs.csv``'s code column (a resumed run lists each of its
-    codes). The τ and r presets' runs of c307e0f recorded none (``unknown``): docs/evidence.md
-    shows that their sources are those of the one digest; every other run names its code."""
-    digests = {d for run in _runs(preset) for d in run["code"].split()}
-    assert len(digests - {"unknown"}) == 1
-    assert "unknown" not in digests or preset in (LOCAL, IMBALANCE)
-
-
 #: The η tables of the falls: (the words before the table, its CSV, the η of its columns).
 FALLS = [
     ("per round from the checkpoint after round 635", "mnist1d_eta_fall",
@@ -951,25 +922,20 @@ FALLS = [
 
 
 def _fall_rows(name: str) -> dict[int, dict[str, str]]:
-    with (DOCS / f"{name}.csv").open(encoding="utf-8") as file:
-        return {int(row["round"]): row for row in csv.DictReader(file)}
+    return {int(row["round"]): row for row in _rows(name)}
 
 
 @pytest.mark.parametrize(("anchor", "name", "etas"), FALLS)
 def test_each_fall_tables_cells_are_its_csv_values(anchor: str, name: str, etas: tuple) -> None:
     """Accuracy (test loss) of each η at each round shown, as its CSV holds them."""
-    text = _section("evidence.md")
-    lines = text[text.index(anchor) :].split("\n| round |", 1)[1].splitlines()[2:]
-    body = list(itertools.takewhile(lambda line: line.startswith("|"), lines))
-    rows = _fall_rows(name)
+    body, rows = _md_table("evidence.md", "| round |", anchor), _fall_rows(name)
     assert len(body) >= 9
-    for line in body:
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    for cells in body:
         row = rows[int(cells[0].replace(",", ""))]
         assert cells[1:] == [
             f"{float(row[f'eta_{e}_accuracy']):.3f} ({float(row[f'eta_{e}_loss']):.2f})"
             for e in etas
-        ], line
+        ], cells
 
 
 def test_the_alpha_10_falls_readings() -> None:
@@ -997,8 +963,7 @@ def test_the_alpha_10_falls_readings() -> None:
 
 def test_the_attack_costs_in_aggregation_md() -> None:
     """What one and three sign-flip attackers cost FedAvg's final accuracy, from its CSV."""
-    with (DOCS / "attack_aggregators.csv").open(encoding="utf-8") as file:
-        rows = [r for r in csv.DictReader(file) if r["aggregator"] == "FedAvg"]
+    rows = [r for r in _rows("attack_aggregators") if r["aggregator"] == "FedAvg"]
     final = {(r["policy"], r["attackers"]): float(r["final_accuracy_mean"]) for r in rows}
 
     def cost(policy: str, attackers: str) -> str:
@@ -1011,17 +976,3 @@ def test_the_attack_costs_in_aggregation_md() -> None:
         f"{cost('all', '3')} under `all` (p < 0.01); one attacker costs `all` {cost('all', '1')} "
         f"(p = 0.02), FedCGD-FSCD {cost('fedcgd-fscd', '1')} and BC {cost('bc', '1')}"
     ) in text
-
-
-@pytest.mark.parametrize("preset", list(PRESETS))
-def test_the_tables_tost_columns_are_the_paired_tost(preset: str) -> None:
-    """The committed tables' TOST columns: scipy's one-sided tests here; on digits, Holm's too."""
-    for (sweep, policy), row in _table(preset).items():
-        for column, prefix in ((FINAL, ""), (BEST, "best_")):
-            cell = row[f"{prefix}tost_p_vs_fedcgd_fscd"]
-            expected = None if policy == FSCD else _tost_p(preset, policy, sweep, column)
-            assert (cell == "") if expected is None else float(cell) == pytest.approx(expected)
-    if preset == DIGITS:
-        table = _table(DIGITS)
-        held = [float(table[("", p)]["best_tost_p_vs_fedcgd_fscd_holm"]) for p in ("bc", "fedcbs")]
-        assert held == pytest.approx(_tost_holm(DIGITS, "", (("bc", BEST), ("fedcbs", BEST))))

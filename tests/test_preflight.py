@@ -12,7 +12,6 @@ from fedcgd_config.settings import default_run_config
 from fedcgd_task.datasets import load_data
 from fedcgd_task.partition import partition_indices
 from server_app.checkpoint import CHECKPOINT_FILE
-from server_app.run_folder.results import METRICS_FILE
 from server_app.run_folder.run_status import (
     COMPLETED,
     FAILED,
@@ -32,7 +31,7 @@ DIGITS_TRAIN = 1437  # load_digits_split: 1437 training images
         ({"num-devices": 5000}, "'num-devices' = 5000"),
         ({"partition": "shards", "shards-per-device": 1000}, "'shards-per-device'"),
         ({"local-steps": 1_000_000_000}, "'local-steps'"),
-        ({"model": "cnn"}, "'model' = 'cnn'"),
+        ({"model": "cnn"}, "'model' = 'cnn' does not fit dataset 'digits'"),
         ({"imbalance-ratio": 10.0, "num-devices": 900}, "'num-devices' = 900"),
         ({"resume-from": "{tmp}/nowhere"}, "'resume-from'.*no such folder"),
         ({"resume-from": "{tmp}/empty"}, r"no checkpoint\.pt"),
@@ -71,8 +70,9 @@ def test_device_samples_is_the_size_of_every_partition(partition, devices, shard
     assert sizes == {expected}
 
 
-def test_local_work_bound_is_max_local_passes_over_a_device():
-    from experiments.run.preflight import MAX_LOCAL_PASSES, check_sizes
+def test_local_work_bound_is_max_local_passes_over_a_device_and_models_fit_their_images():
+    """The CNN on digits is refused: test_impossible_sizes_models_and_resumes_are_refused_..."""
+    from experiments.run.preflight import MAX_LOCAL_PASSES, check_model_fits, check_sizes
     from server_app.config import parse_run_config
 
     labels = load_data("digits", "")[0].labels
@@ -81,31 +81,8 @@ def test_local_work_bound_is_max_local_passes_over_a_device():
     check_sizes(parse_run_config({**config, "local-steps": 1093}), labels)  # 34,976 <= 35,000
     with pytest.raises(ValueError, match=r"'local-steps' × 'batch-size' = 1094 × 32"):
         check_sizes(parse_run_config({**config, "local-steps": 1094}), labels)  # 35,008 > 35,000
-
-
-def test_model_fits_the_images_it_is_built_for():
-    from experiments.run.preflight import check_model_fits
-
     check_model_fits("cnn", "cifar10", 10, (3, 32, 32))
     check_model_fits("mlp", "digits", 10, (1, 8, 8))
-    with pytest.raises(ValueError, match=r"'model' = 'cnn' does not fit dataset 'digits'"):
-        check_model_fits("cnn", "digits", 10, (1, 8, 8))
-
-
-def metrics_text(rounds: list[int]) -> str:
-    return "".join(json.dumps({"round": r, "accuracy": 0.5}) + "\n" for r in rounds)
-
-
-def test_read_metrics_refuses_a_torn_checkpoint_round_and_missing_or_repeated_rounds(tmp_path):
-    from server_app.run_folder.results import read_metrics_lines
-
-    path = tmp_path / METRICS_FILE
-    path.write_text(metrics_text([1, 2]) + '{"round": 3, "acc')  # the checkpoint round is torn
-    with pytest.raises(ValueError, match=r"holds rounds 1\.\.2 \(2 lines\) but the checkpoint"):
-        read_metrics_lines(tmp_path, 3)
-    path.write_text(metrics_text([1, 2, 2, 3]))
-    with pytest.raises(ValueError, match=r"missing or repeated"):
-        read_metrics_lines(tmp_path, 3)
 
 
 def test_run_outcome_reads_the_status_written_since_the_launch_and_refuses_a_huge_one(tmp_path):

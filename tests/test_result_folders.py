@@ -26,9 +26,10 @@ from experiments.run.run_config import (
     validated_run_config,
     with_resolved_data_dir,
 )
+from fedcgd_config.settings import default_run_config
 from server_app.app import run_federation
 from server_app.checkpoint import CHECKPOINT_FILE, load_checkpoint
-from server_app.config import parse_run_config
+from server_app.config import parse_run_config, run_folder_name
 from server_app.run_folder.results import METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 from server_app.run_folder.run_status import RUNNING, RunStatus, read_status, write_status
 
@@ -53,7 +54,6 @@ def rounds(folder: Path) -> list[int]:
 
 
 def main_code(capsys, **values: object) -> tuple[int, list[str], list[str]]:
-    """Run inprocess main; return the exit code and the stdout and stderr lines."""
     code = invoke(["inprocess", "--run-config", format_run_config(values)])
     out = capsys.readouterr()
     return code, out.out.strip().splitlines(), out.err.strip().splitlines()
@@ -69,7 +69,6 @@ def finished(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def copy(finished, tmp_path) -> Path:
-    """A copy of :func:`finished` to change."""
     return Path(shutil.copytree(finished, tmp_path / "run"))
 
 
@@ -190,9 +189,14 @@ def test_torn_last_line_after_the_checkpoint_is_dropped_on_resume(capsys, copy, 
 
 @pytest.mark.parametrize(
     ("name", "cut", "says"),
-    [  # emptied (a crash during a non-atomic rewrite), its first line cut, the checkpoint cut
+    [  # emptied (a crash during a non-atomic rewrite), its first line cut, the checkpoint
+        # round's line torn, a round repeated, the checkpoint cut
         (METRICS_FILE, lambda _: b"", "metrics.jsonl holds no rounds but the checkpoint is after "),
         (METRICS_FILE, lambda x: x[:20] + b"\n" + x.splitlines(True)[1], "line 1 is not a metrics"),
+        (METRICS_FILE, lambda x: x.splitlines(True)[0] + x.splitlines(True)[1][:20],
+         "holds rounds 1..1 (1 lines) but the checkpoint is after round 2"),
+        (METRICS_FILE, lambda x: x + x.splitlines(True)[1], "(3 lines) but the checkpoint is after "
+         "round 2: lines are missing or repeated"),
         (CHECKPOINT_FILE, lambda x: x[: len(x) // 3], "checkpoint.pt cannot be read"),
     ],
 )  # fmt: skip
@@ -225,9 +229,6 @@ def test_killed_between_final_checkpoint_and_model_is_finished_by_resume(capsys,
 
 
 def test_a_folder_is_named_by_what_tells_the_run_apart_and_a_policy_label_by_its_name():
-    from fedcgd_config.settings import default_run_config
-    from server_app.config import run_folder_name
-
     defaults = default_run_config()
     assert run_folder_name(defaults) == "fedcgd-fscd"
     changed = {
@@ -246,7 +247,7 @@ def test_a_folder_is_named_by_what_tells_the_run_apart_and_a_policy_label_by_its
     assert run_folder_name(long) == f"{whole[:91]}-{digest}"
     # a policy given by its label, through ``flwr run`` straight (the ServerApp's parse) and the
     # commands (their checked config): Fed-CBS, BC (best channel) run as fedcbs, bc, so named
-    bare = parse_run_config({**default_run_config(), "policy": "Fed-CBS"})
+    bare = parse_run_config({**defaults, "policy": "Fed-CBS"})
     assert bare.policy == "fedcbs" and Path(bare.result_dir).name.startswith("fedcbs-")
     checked = validated_run_config({"policy": "BC (best channel)"})
     assert checked["policy"] == "bc"
