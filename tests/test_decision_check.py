@@ -31,7 +31,6 @@ from fedcgd_strategy.policies.check import PolicyDecisionError, check_decision
 from fedcgd_strategy.policies.core import BUDGET_REL_TOL
 
 MHZ = 1e6
-RNG = np.random.default_rng(0)
 
 
 def round_of(min_bandwidth_hz, candidate=(True, True, True, False), total=20 * MHZ):
@@ -142,44 +141,37 @@ import numpy as np
 from fedcgd_strategy import Policy, decision_from_mask
 
 
-class EveryCandidate(Policy):
+class Quiet(Policy):
     needs_reports = False
 
+
+class EveryCandidate(Quiet):
     def schedule(self, inputs, rng):
         return decision_from_mask(inputs, inputs.candidate.copy())
 
 
-class BareMask(Policy):
-    needs_reports = False
-
+class BareMask(Quiet):
     def schedule(self, inputs, rng):
         return inputs.candidate & np.isfinite(inputs.min_bandwidth_hz)
 
 
-class ShortMask(Policy):
-    needs_reports = False
-
+class ShortMask(Quiet):
     def schedule(self, inputs, rng):
         return decision_from_mask(inputs, np.ones(inputs.num_devices - 1, dtype=bool))
 
 
-class Raises(Policy):
-    needs_reports = False
-
+class Raises(Quiet):
     def schedule(self, inputs, rng):
         return inputs.no_such_field
 
 
-class ZeroesTheBandwidths(Policy):  # would pass the budget rule on the round it changed
-    needs_reports = False
-
+class ZeroesTheBandwidths(Quiet):  # would pass the budget rule on the round it changed
     def schedule(self, inputs, rng):
         inputs.min_bandwidth_hz[:] = 0.0
         return decision_from_mask(inputs, inputs.candidate.copy())
 
 
-class FailsInRound3(Policy):
-    needs_reports = False
+class FailsInRound3(Quiet):
     calls = 0
 
     def schedule(self, inputs, rng):
@@ -189,9 +181,7 @@ class FailsInRound3(Policy):
         return decision_from_mask(inputs, np.zeros(inputs.num_devices, dtype=bool))
 
 
-class GradientFails(Policy):
-    needs_reports = False
-
+class GradientFails(Quiet):
     @property
     def class_gradient(self):
         raise ZeroDivisionError("no uploads")
@@ -293,27 +283,25 @@ def test_the_readme_lists_every_round_inputs_field():
     assert listed == [f.name for f in dataclasses.fields(RoundInputs)]
 
 
-def test_a_users_policy_that_raises_mid_run_fails_that_round_in_one_line(cheats, batched):
-    _, done = batched["FailsInRound3"]
-    err = done.stderr.strip().splitlines()  # (rounds 1, 2 warn: nothing scheduled, uploaded)
+@pytest.mark.parametrize(
+    ("name", "raised", "said"),
+    [
+        ("FailsInRound3", 'raise RuntimeError("out of ideas")',
+         "round 3: schedule() raised RuntimeError: out of ideas (cheats.py:{} in schedule)"),
+        ("GradientFails", 'raise ZeroDivisionError("no uploads")', "round 1: its class_gradient "
+         "raised ZeroDivisionError: no uploads (cheats.py:{} in class_gradient)"),
+    ],
+)  # fmt: skip
+def test_what_a_users_policy_raises_mid_run_fails_that_round_in_one_line(
+    cheats, batched, name, raised, said
+):
+    _, done = batched[name]
+    err = done.stderr.strip().splitlines()  # (FailsInRound3's rounds 1, 2 warn: none scheduled)
     assert done.returncode == 1 and "Traceback" not in done.stderr, err
-    line = CHEATS.splitlines().index('            raise RuntimeError("out of ideas")') + 1
-    assert err[-2] == (
-        f"failed: policy '{cheats}:FailsInRound3', round 3: schedule() raised RuntimeError: "
-        f"out of ideas (cheats.py:{line} in schedule)"
-    )
-    assert err[-1].startswith("to continue after round 2 of 5: "), err[-1]
-
-
-def test_what_a_policys_class_gradient_raises_fails_round_1_in_one_line(cheats, batched):
-    _, done = batched["GradientFails"]
-    err = done.stderr.strip().splitlines()
-    assert done.returncode == 1 and "Traceback" not in done.stderr, err
-    line = CHEATS.splitlines().index('        raise ZeroDivisionError("no uploads")') + 1
-    assert err[-2] == (
-        f"failed: policy '{cheats}:GradientFails', round 1: its class_gradient raised "
-        f"ZeroDivisionError: no uploads (cheats.py:{line} in class_gradient)"
-    ), err
+    line = [x.strip() for x in CHEATS.splitlines()].index(raised) + 1
+    assert err[-2] == f"failed: policy '{cheats}:{name}', " + said.format(line), err
+    if name == "FailsInRound3":
+        assert err[-1].startswith("to continue after round 2 of 5: "), err[-1]
 
 
 def test_the_round_inputs_a_policy_gets_are_read_only():
