@@ -73,14 +73,6 @@ def holding(script: str, *args: str, says: str) -> Iterator[subprocess.Popen[str
         holder.wait()
 
 
-#: Claims ``argv[2]``, says "held" and holds it for 300 s.
-CLAIM_AND_HOLD = IN_PROJECT + (
-    "import time\nfrom server_app.run_folder.folder_lock import claim_folder\n"
-    "claim = claim_folder(Path(sys.argv[2]), 'result-dir')\n"
-    "print('held', flush=True); time.sleep(300)\n"
-)
-
-
 def holding_lock(
     folder: Path, acquire: str
 ) -> contextlib.AbstractContextManager[subprocess.Popen[str]]:
@@ -210,10 +202,8 @@ def test_a_result_folder_that_holds_or_is_a_link_is_refused_and_left_alone(
     folder = real if link == "inside" else tmp_path / "link"
     if link != "inside":
         folder.symlink_to(real)
-    values = {**SMALL, "result-dir": str(folder), "num-server-rounds": 2, "checkpoint-every": 1}
-    monkeypatch.delenv(OWNERS_ENV, raising=False)  # this process's lock bookkeeping: put back
-    assert invoke(["inprocess", "--run-config", format_run_config(values)]) == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
+    values = {"result-dir": str(folder), "num-server-rounds": 2, "checkpoint-every": 1}
+    line = refused_here(capsys, monkeypatch, **values)
     says = "holds a symbolic link ('checkpoint.tmp'" if link == "inside" else "is a symbolic link"
     assert says in line, line
     assert victim.read_text() == "precious"
@@ -252,7 +242,7 @@ def test_a_lock_file_that_is_a_link_is_refused(tmp_path):
 def test_a_held_lock_names_its_holder_in_its_file_and_dies_with_it(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
-    with holding(CLAIM_AND_HOLD, *in_project(folder), says="held") as holder:
+    with holding_lock(folder, "claim = claim_folder(folder, 'result-dir')") as holder:
         with pytest.raises(FolderInUseError) as err:
             claim_folder(folder, "result-dir")
         assert err.value.pid == holder.pid and "\n" not in str(err.value)
