@@ -58,19 +58,9 @@ def build(num_classes, input_shape):
     return nn.Sequential(nn.Linear(features, 5), nn.Tanh(), nn.Linear(5, num_classes))
 """
 
-#: The same problem and a model with a LayerNorm (outside the one-pass σ̂: vmap), as files.
-FILE_MODULE = """
-import numpy as np
+#: A model with a LayerNorm (outside the one-pass σ̂: vmap); with DATA_MODULE, one file.
+LAYER_NORM_MODEL = """
 from torch import nn
-
-
-def load():
-    rng = np.random.default_rng(7)
-    centres = 2.0 * np.eye(3, 6)
-    y_train, y_test = np.repeat(np.arange(3), 40), np.repeat(np.arange(3), 10)
-    x_train = centres[y_train] + 0.5 * rng.standard_normal((120, 6))
-    x_test = centres[y_test] + 0.5 * rng.standard_normal((30, 6))
-    return (x_train, y_train), (x_test, y_test), 3
 
 
 def build(num_classes, input_shape):
@@ -156,7 +146,7 @@ def user_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (package / "__init__.py").write_text("")
     (package / "data.py").write_text(textwrap.dedent(DATA_MODULE))
     (package / "nets.py").write_text(textwrap.dedent(MODEL_MODULE))
-    (folder / "toy_file.py").write_text(textwrap.dedent(FILE_MODULE))
+    (folder / "toy_file.py").write_text(textwrap.dedent(DATA_MODULE + LAYER_NORM_MODEL))
     (folder / "bad_cases.py").write_text(textwrap.dedent(BAD_MODULE))
     assert not folder.resolve().is_relative_to(PROJECT)
     return folder
