@@ -251,13 +251,6 @@ def test_a_saved_setting_is_refused_and_the_configured_one_stays(name, params, s
     assert attrgetter(setting)(fresh) == configured
 
 
-STATE_PARAMS: dict[str, dict[str, Any]] = {
-    "FedAvgM": {"server-momentum": 0.9},
-    "FedAdam": {"eta": 0.05},
-    ADAPTIVE_DP: {"noise-multiplier": 1.0, **COUNT_NOISE},
-}
-
-
 class Summing(FedAvg):
     """A researcher's strategy whose own arrays are state: its state_dict protocol says so."""
 
@@ -281,7 +274,12 @@ class Summing(FedAvg):
 
 
 SUMMING = f"{__name__}:Summing"
-STATE_PARAMS[SUMMING] = {}
+STATE_PARAMS: dict[str, dict[str, Any]] = {
+    "FedAvgM": {"server-momentum": 0.9},
+    "FedAdam": {"eta": 0.05},
+    ADAPTIVE_DP: {"noise-multiplier": 1.0, **COUNT_NOISE},
+    SUMMING: {},
+}
 
 
 @pytest.mark.parametrize(
@@ -371,6 +369,9 @@ def test_a_resume_with_other_settings_names_each_as_the_run_config_does(first, t
     )
 
 
+#: A checkpoint's fields, each of an allowed type.
+FIELDS = {"round": 1, "model": {}, "policy_state": {}, "cell_rng_state": {},
+          "policy_rng_state": {}, "elapsed_s": 0.0}  # fmt: skip
 #: Files that are no checkpoint: what torch.save wrote, what the refusal says.
 NOT_CHECKPOINTS = {
     "tensor": (torch.zeros(3), "checkpoint = Tensor, not a dict)"),
@@ -378,20 +379,12 @@ NOT_CHECKPOINTS = {
     "none": (None, "checkpoint = NoneType, not a dict)"),
     "empty-dict": ({}, "'round'"),
     "round-tensor": ({"round": torch.tensor(2)}, "round = Tensor, not a whole number"),
-    "model-tensor": (
-        {"round": 1, "model": torch.zeros(2, 2), "policy_state": {}, "cell_rng_state": {},
-         "policy_rng_state": {}, "elapsed_s": 0.0},
-        "model = Tensor, not a dict)",
-    ),
+    "model-tensor": ({**FIELDS, "model": torch.zeros(2, 2)}, "model = Tensor, not a dict)"),
     # an untagged array: torch refuses it (its message named without escape codes, issue 50)
     "untagged-array": (
         {"round": 1, "policy_state": {"avg": np.arange(3.0)}}, "Weights only load failed"
     ),
-    "elapsed-text": (
-        {"round": 1, "model": {}, "policy_state": {}, "cell_rng_state": {},
-         "policy_rng_state": {}, "elapsed_s": "1"},
-        "elapsed_s = '1', not seconds >= 0)",
-    ),
+    "elapsed-text": ({**FIELDS, "elapsed_s": "1"}, "elapsed_s = '1', not seconds >= 0)"),
 }  # fmt: skip
 
 
