@@ -61,8 +61,9 @@ def in_project(folder: Path) -> tuple[str, str]:
 @contextlib.contextmanager
 def holding(script: str, *args: str, says: str) -> Iterator[subprocess.Popen[str]]:
     """``python -c script args`` for the block, entered once it says ``says``; killed after."""
+    pipe = subprocess.PIPE  # stdin too: a holder reading a line holds until killed, not until EOF
     holder = subprocess.Popen(
-        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", script, *args], stdin=pipe, stdout=pipe, text=True
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == says
@@ -330,23 +331,16 @@ def test_a_process_started_by_an_owner_that_let_go_is_refused_by_the_next_owner(
         "owner",
         "later",
     )
-    processes = [owner]
     try:
         assert owner.stdout is not None and owner.stdin is not None
         assert owner.stdout.readline().strip() == "released"
-        next_owner = subprocess.Popen(  # its stdin a pipe: it holds until killed, not until EOF
-            [sys.executable, "-c", CLAIM_AND_SAY, *in_project(folder), "owner"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        processes.append(next_owner)
-        assert next_owner.stdout is not None and next_owner.stdout.readline().strip() == "owner"
-        owner.stdin.write("go\n")
-        owner.stdin.flush()
-        assert owner.stdout.readline().split() == ["refused", str(next_owner.pid)]
+        with holding(CLAIM_AND_SAY, *in_project(folder), "owner", says="owner") as next_owner:
+            owner.stdin.write("go\n")
+            owner.stdin.flush()
+            assert owner.stdout.readline().split() == ["refused", str(next_owner.pid)]
     finally:
-        for proc in processes:
-            proc.kill()
-            proc.wait()
+        owner.kill()
+        owner.wait()
 
 
 def test_the_run_files_package_imports_neither_flwr_nor_torch():
