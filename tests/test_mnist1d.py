@@ -68,7 +68,7 @@ def test_arrays_are_the_packages_make_dataset_with_its_defaults_and_split_on_any
         np.testing.assert_array_equal(x_train[:, 0, :], expected["x"].astype(np.float32))
 
 
-def test_same_arguments_read_the_cached_file_and_the_global_random_states_stay(
+def test_the_cache_is_read_for_the_same_arguments_only_and_the_global_random_states_stay(
     tmp_path, monkeypatch
 ):
     np.random.seed(1234)  # noqa: NPY002 (the global state under test)
@@ -81,10 +81,13 @@ def test_same_arguments_read_the_cached_file_and_the_global_random_states_stay(
     files = sorted(p.name for p in tmp_path.iterdir())
     path = mnist1d_cache_path(tmp_path, mnist1d_arguments(SMALL_N))
     assert files == [path.name]  # no temporary file left behind
-    assert (
-        path.name.startswith(f"mnist1d-{SMALL_N}-") and len(path.stem) == len("mnist1d-200-") + 16
-    )
+    assert path.name.startswith(f"mnist1d-{SMALL_N}-")
+    assert len(path.stem) == len("mnist1d-200-") + 16
     stamp = path.stat().st_mtime_ns
+    larger = load_mnist1d(tmp_path, 300)  # other arguments never read another file
+    assert len(larger[1]) == 240 and len(first[1]) == 160  # int(300 * 0.8), int(200 * 0.8)
+    names = {p.name for p in tmp_path.iterdir()}
+    assert len(names) == 2 and any(n.startswith("mnist1d-300-") for n in names)
 
     def no_generation(arguments):
         raise AssertionError("generated again although the cache holds these arguments")
@@ -97,14 +100,6 @@ def test_same_arguments_read_the_cached_file_and_the_global_random_states_stay(
     for a, b in zip(first, second, strict=True):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
-
-
-def test_other_arguments_never_read_another_file(tmp_path, monkeypatch):
-    small = load_mnist1d(tmp_path, SMALL_N)
-    larger = load_mnist1d(tmp_path, 300)
-    assert len(larger[1]) == 240 and len(small[1]) == 160  # int(300 * 0.8), int(200 * 0.8)
-    names = {p.name for p in tmp_path.iterdir()}
-    assert len(names) == 2 and any(n.startswith("mnist1d-300-") for n in names)
     # Every argument of make_dataset and the package version are in the key.
     arguments = mnist1d_arguments(SMALL_N)
     base = mnist1d_cache_path(tmp_path, arguments)
