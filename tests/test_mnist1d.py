@@ -1,8 +1,6 @@
 """MNIST-1D: the generated data set (``dataset = "mnist1d"``) and its cache; whole runs on it:
-tests/test_cohort_execution.py.
-
-The oracles are the ``mnist1d`` package itself (its ``make_dataset`` called directly), counts
-worked out by hand in the comments, and per-sample gradients from one backward per sample.
+tests/test_cohort_execution.py. The oracles are the ``mnist1d`` package itself (its
+``make_dataset`` called directly) and counts worked out by hand in the comments.
 """
 
 from __future__ import annotations
