@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from run_results import comparable, same_model, whole_run
-from subprocesses import FEDCGD
+from subprocesses import FEDCGD, run_ok
 from task_settings import refused_before_start
 from torch import nn
 
@@ -310,11 +309,7 @@ def test_the_launcher_imports_the_users_modules_in_every_process(user_folder, tm
         {**settings, "dataset": "toyproblem.data:load", "model": model, "result-dir": str(out)}
     )
     env = {**os.environ, "PYTHONPATH": str(user_folder)}
-    command = [FEDCGD, "run", "--run-config", text]
-    done = subprocess.run(
-        command, cwd=PROJECT, capture_output=True, text=True, env=env, timeout=900
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_ok([FEDCGD, "run", "--run-config", text], timeout=900, env=env)
     assert_two_rounds_uploaded(out, FILE_MODEL_PARAMETERS)  # devices trained in Ray workers
     final = json.loads((out / "summary.json").read_text())["final_accuracy"]
     assert isinstance(final, float) and 0.0 <= final <= 1.0
