@@ -119,9 +119,7 @@ def random_round(rng: np.random.Generator, v: int, c: int) -> RoundInputs:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "name", [p for p in POLICY_NAMES if p != "fedcgd-exact"] + ["fedcgd-exact"]
-)
+@pytest.mark.parametrize("name", sorted(POLICY_NAMES, key=lambda p: p == "fedcgd-exact"))
 def test_every_built_in_policy_passes_the_check_on_random_rounds(name):
     # The check must not break honest runs: each built-in's decisions obey every rule.
     rng = np.random.default_rng(2024)
@@ -210,15 +208,8 @@ def batched(cheats, tmp_path_factory) -> dict[str, tuple[Path, subprocess.Comple
     """Each of BATCHED's runs: its folder and its outcome (exit code, stdout, stderr)."""
     folders = {name: tmp_path_factory.mktemp(name) / "run" for name in BATCHED}
     own = {name: {"num-server-rounds": 3, "result-dir": str(folders[name])} for name in BATCHED}
-    argvs = [
-        [
-            "inprocess",
-            "--run-config",
-            format_run_config(own[name] | {"policy": f"{cheats}:{name}"} | values),
-        ]
-        for name, values in BATCHED.items()
-    ]
-    done = in_one_process(argvs)
+    configs = [own[n] | {"policy": f"{cheats}:{n}"} | v for n, v in BATCHED.items()]
+    done = in_one_process([["inprocess", "--run-config", format_run_config(c)] for c in configs])
     return {name: (folders[name], d) for name, d in zip(BATCHED, done, strict=True)}
 
 
