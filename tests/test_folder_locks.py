@@ -87,6 +87,13 @@ def holding_lock(
     return holding(script, *in_project(folder), says="held")
 
 
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """An empty result folder."""
+    (tmp_path / "run").mkdir()
+    return tmp_path / "run"
+
+
 def inprocess(**values: object) -> subprocess.Popen[str]:
     return start("inprocess", "--run-config", format_run_config({**SMALL, **values}))
 
@@ -147,10 +154,8 @@ def refused_here(capsys, monkeypatch, **values: object) -> str:
     return line
 
 
-def test_a_run_into_a_folder_whose_writer_is_alive_is_refused(tmp_path, capsys, monkeypatch):
+def test_a_run_into_a_folder_whose_writer_is_alive_is_refused(folder, capsys, monkeypatch):
     # A ServerApp left running (say by a `flwr run` of its own) holds the writer lock only.
-    folder = tmp_path / "run"
-    folder.mkdir()
     lock = "lock = take_lock(folder, WRITER_LOCK_FILE, 'k', shared=False)"
     with holding_lock(folder, lock) as holder:
         values = {"result-dir": str(folder), "num-server-rounds": 1}
@@ -212,13 +217,11 @@ def test_a_result_folder_that_holds_or_is_a_link_is_refused_and_left_alone(
 
 
 @pytest.mark.parametrize("planted", ["checkpoint.tmp", "model.tmp", ".status.json.tmp"])
-def test_writes_never_go_through_a_link_planted_during_the_run(tmp_path, planted):
+def test_writes_never_go_through_a_link_planted_during_the_run(tmp_path, folder, planted):
     # A link planted after the folder was checked (the old fixed temporary names, and any
     # other) cannot redirect a write: temporary files are created exclusively under new names.
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
-    folder = tmp_path / "run"
-    folder.mkdir()
     (folder / planted).symlink_to(victim)
     save_model(folder, {"w": torch.ones(3)})
     atomic_write(folder / "status.json", "{}")
@@ -227,9 +230,7 @@ def test_writes_never_go_through_a_link_planted_during_the_run(tmp_path, planted
     assert sorted(p.name for p in folder.iterdir()) == sorted([planted, "model.pt", "status.json"])
 
 
-def test_a_lock_file_that_is_a_link_is_refused(tmp_path):
-    folder = tmp_path / "run"
-    folder.mkdir()
+def test_a_lock_file_that_is_a_link_is_refused(tmp_path, folder):
     victim = tmp_path / "victim"
     victim.write_text("x")
     (folder / LOCK_FILE).symlink_to(victim)
@@ -240,9 +241,7 @@ def test_a_lock_file_that_is_a_link_is_refused(tmp_path):
     assert victim.read_text() == "x"
 
 
-def test_a_held_lock_names_its_holder_in_its_file_and_dies_with_it(tmp_path):
-    folder = tmp_path / "run"
-    folder.mkdir()
+def test_a_held_lock_names_its_holder_in_its_file_and_dies_with_it(folder):
     with holding_lock(folder, "claim = claim_folder(folder, 'result-dir')") as holder:
         with pytest.raises(FolderInUseError) as err:
             claim_folder(folder, "result-dir")
@@ -296,10 +295,9 @@ def start_owner(folder: Path, body: str, *child_args: str) -> subprocess.Popen[s
     return subprocess.Popen([*argv, CLAIM_AND_SAY, *child_args], stdin=pipe, stdout=pipe, text=True)
 
 
-def test_processes_the_owner_starts_work_under_its_lock_and_one_of_them_writes(tmp_path):
+def test_processes_the_owner_starts_work_under_its_lock_and_one_of_them_writes(folder):
     # What a launcher and its ServerApps do, without Flower between them: the owner's
     # descendants share its owner lock; the writer lock is never shared, not even among them.
-    folder = tmp_path / "run"
     owner = start_owner(
         folder,
         "first, second = child(), child()\n"
@@ -321,8 +319,7 @@ def test_processes_the_owner_starts_work_under_its_lock_and_one_of_them_writes(t
         owner.wait()
 
 
-def test_a_process_started_by_an_owner_that_let_go_is_refused_by_the_next_owner(tmp_path):
-    folder = tmp_path / "run"
+def test_a_process_started_by_an_owner_that_let_go_is_refused_by_the_next_owner(folder):
     owner = start_owner(
         folder,
         "late = child(); claim.release(); print('released', flush=True)\n"
@@ -363,12 +360,10 @@ BARE_FLOCK = (
 )
 
 
-def test_a_killed_owners_line_shares_the_lock_with_nobody(tmp_path, monkeypatch):
+def test_a_killed_owners_line_shares_the_lock_with_nobody(folder, monkeypatch):
     # A killed owner left "PID command" in the lock file, and one of its orphans still lists
     # the PID. A new owner has locked the file but not yet written its own line: the orphan
     # must be refused, not let in under the dead owner's PID.
-    folder = tmp_path / "run"
-    folder.mkdir()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (folder / LOCK_FILE).write_text(f"{dead.pid} old owner")
@@ -379,11 +374,9 @@ def test_a_killed_owners_line_shares_the_lock_with_nobody(tmp_path, monkeypatch)
         assert err.value.pid is None
 
 
-def test_a_lock_let_go_before_its_holder_wrote_is_taken_not_refused(tmp_path):
+def test_a_lock_let_go_before_its_holder_wrote_is_taken_not_refused(folder):
     # The holder of an empty lock file lets go a moment later (a holder's first or last
     # moment): the next process takes the lock instead of refusing "another process".
-    folder = tmp_path / "run"
-    folder.mkdir()
     with holding(BARE_FLOCK, str(folder / LOCK_FILE), "0.3", says="held"):
         lock = take_lock(folder, LOCK_FILE, "result-dir", shared=False)
         assert lock is not None and lock.is_locked
