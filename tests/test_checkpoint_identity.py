@@ -67,14 +67,6 @@ def files(folder: Path) -> dict[str, bytes]:
     return {name: (folder / name).read_bytes() for name in RUN_FILES if (folder / name).exists()}
 
 
-def resume_command(capsys, folder: Path, **changes: Any) -> tuple[int, list[str]]:
-    """``fedcgd inprocess`` resuming ``folder`` one round further."""
-    settings = overrides(**{"num-server-rounds": ROUNDS + 1, **changes})
-    settings |= {"checkpoint-every": 1, "resume-from": str(folder)}
-    code = invoke(["inprocess", "--run-config", format_run_config(settings)])
-    return code, capsys.readouterr().err.strip().splitlines()
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
     """Completed 2-round runs: fedcgd-fscd (seeds 0 and 1; seed 0 with η = 0.05), bc, fedcbs."""
@@ -109,7 +101,10 @@ def test_another_runs_checkpoint_is_refused_in_one_line_naming_what_differs(
     folder = copy_run(runs, name, tmp_path)
     shutil.copy(runs["seed0"] / CHECKPOINT_FILE, folder / CHECKPOINT_FILE)  # seed 0, fscd, 0.1
     before = files(folder)
-    code, err = resume_command(capsys, folder, **{"seed": 0, **changes})
+    settings = overrides(**{"num-server-rounds": ROUNDS + 1, "seed": 0, **changes})
+    settings |= {"checkpoint-every": 1, "resume-from": str(folder)}  # one round further
+    code = invoke(["inprocess", "--run-config", format_run_config(settings)])
+    err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith("error: run-config key 'resume-from'") and said in err[0], err[0]
     assert files(folder) == before
