@@ -41,7 +41,7 @@ from server_app.checkpoint import (
     load_checkpoint,
     run_identity,
 )
-from server_app.config import RunConfig, parse_run_config
+from server_app.config import parse_run_config
 from server_app.run_folder.results import METRICS_FILE, RUN_FILES
 
 DEVICES, ROUNDS = 6, 2
@@ -331,10 +331,6 @@ def test_a_researchers_state_is_checkpointed_and_restored_by_its_protocol():
 PF = {"policy": "examples.proportional_fair:ProportionalFair"}
 
 
-def config_of(**changes: Any) -> RunConfig:
-    return parse_run_config({**default_run_config(), **changes})
-
-
 @pytest.mark.parametrize(
     ("first", "then", "said"),
     [
@@ -355,8 +351,9 @@ def config_of(**changes: Any) -> RunConfig:
     ],
 )  # fmt: skip
 def test_a_resume_with_other_settings_names_each_as_the_run_config_does(first, then, said):
+    there, now = (parse_run_config({**default_run_config(), **c}) for c in (first, then))
     with pytest.raises(CheckpointRefusedError) as err:
-        check_identity(Path("/runs/a"), run_identity(config_of(**first)), config_of(**then))
+        check_identity(Path("/runs/a"), run_identity(there), now)
     assert str(err.value) == (
         f"run-config key 'resume-from' = '/runs/a': checkpoint.pt was written with other settings "
         f"({said}); resume with the run's own settings (only num-server-rounds may change) from "
