@@ -21,7 +21,6 @@ from torch import nn
 from torch.nn import functional as F  # noqa: N812 (torch convention)
 
 from client_app import per_sample_norms as psn
-from client_app.per_sample_norms import per_sample_grad_norms
 from client_app.sigma import (
     gradient_spread,
     gradient_spread_vmap,
@@ -283,7 +282,7 @@ def test_whole_model_group_norms_match_autograd_and_cohort_spreads_each_device_a
     model = build_model(name, classes, shape).double().eval()
     x = torch.randn(12, *shape, dtype=torch.float64)
     y = torch.randint(0, classes, (12,))
-    norms = per_sample_grad_norms(model, x, y, group_size=4)
+    norms = psn.per_sample_grad_norms(model, x, y, group_size=4)
     expected = []
     for start in range(0, 12, 4):
         loss = F.cross_entropy(model(x[start : start + 4]), y[start : start + 4], reduction="sum")
