@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import subprocess
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from run_results import lines, same_model
-from subprocesses import FEDCGD
+from subprocesses import FEDCGD, run_ok
 from task_settings import refused_before_start
 from test_channel_bandwidth import reference_min_bandwidth_hz
 
@@ -319,14 +318,7 @@ def test_a_trace_through_the_launcher_gives_the_simulated_schedules(outside):
     launched = outside / "launched"
     run_config = {**small, "channel.model": "trace", "channel.trace": str(trace_path)}
     run_config["result-dir"] = str(launched)
-    proc = subprocess.run(
-        [FEDCGD, "run", "--run-config", format_run_config(run_config)],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_ok([FEDCGD, "run", "--run-config", format_run_config(run_config)], timeout=900)
     status = json.loads((launched / "status.json").read_text())
     assert status["state"] == "completed", status
     assert [line["round"] for line in lines(launched)] == [1, 2]

@@ -41,7 +41,7 @@ from server_app.checkpoint import (
     load_checkpoint,
     run_identity,
 )
-from server_app.config import RunConfig, parse_run_config
+from server_app.config import parse_run_config
 from server_app.run_folder.results import METRICS_FILE, RUN_FILES
 
 DEVICES, ROUNDS = 6, 2
@@ -65,14 +65,6 @@ def run(folder: Path, **changes: Any) -> Path:
 def files(folder: Path) -> dict[str, bytes]:
     """The run's files, byte for byte."""
     return {name: (folder / name).read_bytes() for name in RUN_FILES if (folder / name).exists()}
-
-
-def resume_command(capsys, folder: Path, **changes: Any) -> tuple[int, list[str]]:
-    """``fedcgd inprocess`` resuming ``folder`` one round further."""
-    settings = overrides(**{"num-server-rounds": ROUNDS + 1, **changes})
-    settings |= {"checkpoint-every": 1, "resume-from": str(folder)}
-    code = invoke(["inprocess", "--run-config", format_run_config(settings)])
-    return code, capsys.readouterr().err.strip().splitlines()
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +101,10 @@ def test_another_runs_checkpoint_is_refused_in_one_line_naming_what_differs(
     folder = copy_run(runs, name, tmp_path)
     shutil.copy(runs["seed0"] / CHECKPOINT_FILE, folder / CHECKPOINT_FILE)  # seed 0, fscd, 0.1
     before = files(folder)
-    code, err = resume_command(capsys, folder, **{"seed": 0, **changes})
+    settings = overrides(**{"num-server-rounds": ROUNDS + 1, "seed": 0, **changes})
+    settings |= {"checkpoint-every": 1, "resume-from": str(folder)}  # one round further
+    code = invoke(["inprocess", "--run-config", format_run_config(settings)])
+    err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith("error: run-config key 'resume-from'") and said in err[0], err[0]
     assert files(folder) == before
@@ -251,13 +246,6 @@ def test_a_saved_setting_is_refused_and_the_configured_one_stays(name, params, s
     assert attrgetter(setting)(fresh) == configured
 
 
-STATE_PARAMS: dict[str, dict[str, Any]] = {
-    "FedAvgM": {"server-momentum": 0.9},
-    "FedAdam": {"eta": 0.05},
-    ADAPTIVE_DP: {"noise-multiplier": 1.0, **COUNT_NOISE},
-}
-
-
 class Summing(FedAvg):
     """A researcher's strategy whose own arrays are state: its state_dict protocol says so."""
 
@@ -281,7 +269,12 @@ class Summing(FedAvg):
 
 
 SUMMING = f"{__name__}:Summing"
-STATE_PARAMS[SUMMING] = {}
+STATE_PARAMS: dict[str, dict[str, Any]] = {
+    "FedAvgM": {"server-momentum": 0.9},
+    "FedAdam": {"eta": 0.05},
+    ADAPTIVE_DP: {"noise-multiplier": 1.0, **COUNT_NOISE},
+    SUMMING: {},
+}
 
 
 @pytest.mark.parametrize(
@@ -338,10 +331,6 @@ def test_a_researchers_state_is_checkpointed_and_restored_by_its_protocol():
 PF = {"policy": "examples.proportional_fair:ProportionalFair"}
 
 
-def config_of(**changes: Any) -> RunConfig:
-    return parse_run_config({**default_run_config(), **changes})
-
-
 @pytest.mark.parametrize(
     ("first", "then", "said"),
     [
@@ -362,8 +351,9 @@ def config_of(**changes: Any) -> RunConfig:
     ],
 )  # fmt: skip
 def test_a_resume_with_other_settings_names_each_as_the_run_config_does(first, then, said):
+    there, now = (parse_run_config({**default_run_config(), **c}) for c in (first, then))
     with pytest.raises(CheckpointRefusedError) as err:
-        check_identity(Path("/runs/a"), run_identity(config_of(**first)), config_of(**then))
+        check_identity(Path("/runs/a"), run_identity(there), now)
     assert str(err.value) == (
         f"run-config key 'resume-from' = '/runs/a': checkpoint.pt was written with other settings "
         f"({said}); resume with the run's own settings (only num-server-rounds may change) from "
@@ -371,6 +361,9 @@ def test_a_resume_with_other_settings_names_each_as_the_run_config_does(first, t
     )
 
 
+#: A checkpoint's fields, each of an allowed type.
+FIELDS = {"round": 1, "model": {}, "policy_state": {}, "cell_rng_state": {},
+          "policy_rng_state": {}, "elapsed_s": 0.0}  # fmt: skip
 #: Files that are no checkpoint: what torch.save wrote, what the refusal says.
 NOT_CHECKPOINTS = {
     "tensor": (torch.zeros(3), "checkpoint = Tensor, not a dict)"),
@@ -378,20 +371,12 @@ NOT_CHECKPOINTS = {
     "none": (None, "checkpoint = NoneType, not a dict)"),
     "empty-dict": ({}, "'round'"),
     "round-tensor": ({"round": torch.tensor(2)}, "round = Tensor, not a whole number"),
-    "model-tensor": (
-        {"round": 1, "model": torch.zeros(2, 2), "policy_state": {}, "cell_rng_state": {},
-         "policy_rng_state": {}, "elapsed_s": 0.0},
-        "model = Tensor, not a dict)",
-    ),
+    "model-tensor": ({**FIELDS, "model": torch.zeros(2, 2)}, "model = Tensor, not a dict)"),
     # an untagged array: torch refuses it (its message named without escape codes, issue 50)
     "untagged-array": (
         {"round": 1, "policy_state": {"avg": np.arange(3.0)}}, "Weights only load failed"
     ),
-    "elapsed-text": (
-        {"round": 1, "model": {}, "policy_state": {}, "cell_rng_state": {},
-         "policy_rng_state": {}, "elapsed_s": "1"},
-        "elapsed_s = '1', not seconds >= 0)",
-    ),
+    "elapsed-text": ({**FIELDS, "elapsed_s": "1"}, "elapsed_s = '1', not seconds >= 0)"),
 }  # fmt: skip
 
 

@@ -21,7 +21,6 @@ from torch import nn
 from torch.nn import functional as F  # noqa: N812 (torch convention)
 
 from client_app import per_sample_norms as psn
-from client_app.per_sample_norms import per_sample_grad_norms
 from client_app.sigma import (
     gradient_spread,
     gradient_spread_vmap,
@@ -160,20 +159,14 @@ def test_identical_samples_have_zero_spread(
     assert gradient_spread(model, x, y) <= bound
 
 
-@pytest.fixture(scope="module")
-def resnet_batch() -> tuple[nn.Module, torch.Tensor, torch.Tensor, float, float]:
-    """ResNet-18-GN (float64), 5 samples, their one-pass sigma-hat and its tolerance."""
+def test_chunk_size_changes_nothing_but_memory() -> None:
     model = build_model("resnet18gn", 7, (3, 32, 32), seed=2).double()
     x, y = batch(5, (3, 32, 32), 7)
-    return model, x, y, gradient_spread(model, x, y), reference_sigma(model, x, y).rel_tol
-
-
-@pytest.mark.parametrize("chunk_size", [1, 2, 5])
-def test_chunk_size_changes_nothing_but_memory(chunk_size: int, resnet_batch) -> None:
-    model, x, y, whole, tol = resnet_batch
-    assert gradient_spread(model, x, y, chunk_size=chunk_size) == pytest.approx(whole, rel=tol)
-    vmap_parts = gradient_spread_vmap(model, x, y, chunk_size=chunk_size)
-    assert vmap_parts == pytest.approx(whole, rel=tol)
+    whole, tol = gradient_spread(model, x, y), reference_sigma(model, x, y).rel_tol
+    for chunk_size in (1, 2, 5):
+        assert gradient_spread(model, x, y, chunk_size=chunk_size) == pytest.approx(whole, rel=tol)
+        vmap_parts = gradient_spread_vmap(model, x, y, chunk_size=chunk_size)
+        assert vmap_parts == pytest.approx(whole, rel=tol)
 
 
 class TwiceLinear(nn.Module):
@@ -289,7 +282,7 @@ def test_whole_model_group_norms_match_autograd_and_cohort_spreads_each_device_a
     model = build_model(name, classes, shape).double().eval()
     x = torch.randn(12, *shape, dtype=torch.float64)
     y = torch.randint(0, classes, (12,))
-    norms = per_sample_grad_norms(model, x, y, group_size=4)
+    norms = psn.per_sample_grad_norms(model, x, y, group_size=4)
     expected = []
     for start in range(0, 12, 4):
         loss = F.cross_entropy(model(x[start : start + 4]), y[start : start + 4], reduction="sum")

@@ -61,8 +61,9 @@ def in_project(folder: Path) -> tuple[str, str]:
 @contextlib.contextmanager
 def holding(script: str, *args: str, says: str) -> Iterator[subprocess.Popen[str]]:
     """``python -c script args`` for the block, entered once it says ``says``; killed after."""
+    pipe = subprocess.PIPE  # stdin too: a holder reading a line holds until killed, not until EOF
     holder = subprocess.Popen(
-        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", script, *args], stdin=pipe, stdout=pipe, text=True
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == says
@@ -71,14 +72,6 @@ def holding(script: str, *args: str, says: str) -> Iterator[subprocess.Popen[str
         if holder.poll() is None:
             holder.kill()
         holder.wait()
-
-
-#: Claims ``argv[2]``, says "held" and holds it for 300 s.
-CLAIM_AND_HOLD = IN_PROJECT + (
-    "import time\nfrom server_app.run_folder.folder_lock import claim_folder\n"
-    "claim = claim_folder(Path(sys.argv[2]), 'result-dir')\n"
-    "print('held', flush=True); time.sleep(300)\n"
-)
 
 
 def holding_lock(
@@ -92,6 +85,13 @@ def holding_lock(
         "print('held', flush=True); time.sleep(300)\n"
     )
     return holding(script, *in_project(folder), says="held")
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """An empty result folder."""
+    (tmp_path / "run").mkdir()
+    return tmp_path / "run"
 
 
 def inprocess(**values: object) -> subprocess.Popen[str]:
@@ -154,10 +154,8 @@ def refused_here(capsys, monkeypatch, **values: object) -> str:
     return line
 
 
-def test_a_run_into_a_folder_whose_writer_is_alive_is_refused(tmp_path, capsys, monkeypatch):
+def test_a_run_into_a_folder_whose_writer_is_alive_is_refused(folder, capsys, monkeypatch):
     # A ServerApp left running (say by a `flwr run` of its own) holds the writer lock only.
-    folder = tmp_path / "run"
-    folder.mkdir()
     lock = "lock = take_lock(folder, WRITER_LOCK_FILE, 'k', shared=False)"
     with holding_lock(folder, lock) as holder:
         values = {"result-dir": str(folder), "num-server-rounds": 1}
@@ -210,10 +208,8 @@ def test_a_result_folder_that_holds_or_is_a_link_is_refused_and_left_alone(
     folder = real if link == "inside" else tmp_path / "link"
     if link != "inside":
         folder.symlink_to(real)
-    values = {**SMALL, "result-dir": str(folder), "num-server-rounds": 2, "checkpoint-every": 1}
-    monkeypatch.delenv(OWNERS_ENV, raising=False)  # this process's lock bookkeeping: put back
-    assert invoke(["inprocess", "--run-config", format_run_config(values)]) == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
+    values = {"result-dir": str(folder), "num-server-rounds": 2, "checkpoint-every": 1}
+    line = refused_here(capsys, monkeypatch, **values)
     says = "holds a symbolic link ('checkpoint.tmp'" if link == "inside" else "is a symbolic link"
     assert says in line, line
     assert victim.read_text() == "precious"
@@ -221,13 +217,11 @@ def test_a_result_folder_that_holds_or_is_a_link_is_refused_and_left_alone(
 
 
 @pytest.mark.parametrize("planted", ["checkpoint.tmp", "model.tmp", ".status.json.tmp"])
-def test_writes_never_go_through_a_link_planted_during_the_run(tmp_path, planted):
+def test_writes_never_go_through_a_link_planted_during_the_run(tmp_path, folder, planted):
     # A link planted after the folder was checked (the old fixed temporary names, and any
     # other) cannot redirect a write: temporary files are created exclusively under new names.
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
-    folder = tmp_path / "run"
-    folder.mkdir()
     (folder / planted).symlink_to(victim)
     save_model(folder, {"w": torch.ones(3)})
     atomic_write(folder / "status.json", "{}")
@@ -236,9 +230,7 @@ def test_writes_never_go_through_a_link_planted_during_the_run(tmp_path, planted
     assert sorted(p.name for p in folder.iterdir()) == sorted([planted, "model.pt", "status.json"])
 
 
-def test_a_lock_file_that_is_a_link_is_refused(tmp_path):
-    folder = tmp_path / "run"
-    folder.mkdir()
+def test_a_lock_file_that_is_a_link_is_refused(tmp_path, folder):
     victim = tmp_path / "victim"
     victim.write_text("x")
     (folder / LOCK_FILE).symlink_to(victim)
@@ -249,10 +241,8 @@ def test_a_lock_file_that_is_a_link_is_refused(tmp_path):
     assert victim.read_text() == "x"
 
 
-def test_a_held_lock_names_its_holder_in_its_file_and_dies_with_it(tmp_path):
-    folder = tmp_path / "run"
-    folder.mkdir()
-    with holding(CLAIM_AND_HOLD, *in_project(folder), says="held") as holder:
+def test_a_held_lock_names_its_holder_in_its_file_and_dies_with_it(folder):
+    with holding_lock(folder, "claim = claim_folder(folder, 'result-dir')") as holder:
         with pytest.raises(FolderInUseError) as err:
             claim_folder(folder, "result-dir")
         assert err.value.pid == holder.pid and "\n" not in str(err.value)
@@ -305,10 +295,9 @@ def start_owner(folder: Path, body: str, *child_args: str) -> subprocess.Popen[s
     return subprocess.Popen([*argv, CLAIM_AND_SAY, *child_args], stdin=pipe, stdout=pipe, text=True)
 
 
-def test_processes_the_owner_starts_work_under_its_lock_and_one_of_them_writes(tmp_path):
+def test_processes_the_owner_starts_work_under_its_lock_and_one_of_them_writes(folder):
     # What a launcher and its ServerApps do, without Flower between them: the owner's
     # descendants share its owner lock; the writer lock is never shared, not even among them.
-    folder = tmp_path / "run"
     owner = start_owner(
         folder,
         "first, second = child(), child()\n"
@@ -330,8 +319,7 @@ def test_processes_the_owner_starts_work_under_its_lock_and_one_of_them_writes(t
         owner.wait()
 
 
-def test_a_process_started_by_an_owner_that_let_go_is_refused_by_the_next_owner(tmp_path):
-    folder = tmp_path / "run"
+def test_a_process_started_by_an_owner_that_let_go_is_refused_by_the_next_owner(folder):
     owner = start_owner(
         folder,
         "late = child(); claim.release(); print('released', flush=True)\n"
@@ -340,23 +328,16 @@ def test_a_process_started_by_an_owner_that_let_go_is_refused_by_the_next_owner(
         "owner",
         "later",
     )
-    processes = [owner]
     try:
         assert owner.stdout is not None and owner.stdin is not None
         assert owner.stdout.readline().strip() == "released"
-        next_owner = subprocess.Popen(  # its stdin a pipe: it holds until killed, not until EOF
-            [sys.executable, "-c", CLAIM_AND_SAY, *in_project(folder), "owner"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        processes.append(next_owner)
-        assert next_owner.stdout is not None and next_owner.stdout.readline().strip() == "owner"
-        owner.stdin.write("go\n")
-        owner.stdin.flush()
-        assert owner.stdout.readline().split() == ["refused", str(next_owner.pid)]
+        with holding(CLAIM_AND_SAY, *in_project(folder), "owner", says="owner") as next_owner:
+            owner.stdin.write("go\n")
+            owner.stdin.flush()
+            assert owner.stdout.readline().split() == ["refused", str(next_owner.pid)]
     finally:
-        for proc in processes:
-            proc.kill()
-            proc.wait()
+        owner.kill()
+        owner.wait()
 
 
 def test_the_run_files_package_imports_neither_flwr_nor_torch():
@@ -379,12 +360,10 @@ BARE_FLOCK = (
 )
 
 
-def test_a_killed_owners_line_shares_the_lock_with_nobody(tmp_path, monkeypatch):
+def test_a_killed_owners_line_shares_the_lock_with_nobody(folder, monkeypatch):
     # A killed owner left "PID command" in the lock file, and one of its orphans still lists
     # the PID. A new owner has locked the file but not yet written its own line: the orphan
     # must be refused, not let in under the dead owner's PID.
-    folder = tmp_path / "run"
-    folder.mkdir()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (folder / LOCK_FILE).write_text(f"{dead.pid} old owner")
@@ -395,11 +374,9 @@ def test_a_killed_owners_line_shares_the_lock_with_nobody(tmp_path, monkeypatch)
         assert err.value.pid is None
 
 
-def test_a_lock_let_go_before_its_holder_wrote_is_taken_not_refused(tmp_path):
+def test_a_lock_let_go_before_its_holder_wrote_is_taken_not_refused(folder):
     # The holder of an empty lock file lets go a moment later (a holder's first or last
     # moment): the next process takes the lock instead of refusing "another process".
-    folder = tmp_path / "run"
-    folder.mkdir()
     with holding(BARE_FLOCK, str(folder / LOCK_FILE), "0.3", says="held"):
         lock = take_lock(folder, LOCK_FILE, "result-dir", shared=False)
         assert lock is not None and lock.is_locked

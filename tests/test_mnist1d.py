@@ -1,8 +1,6 @@
 """MNIST-1D: the generated data set (``dataset = "mnist1d"``) and its cache; whole runs on it:
-tests/test_cohort_execution.py.
-
-The oracles are the ``mnist1d`` package itself (its ``make_dataset`` called directly), counts
-worked out by hand in the comments, and per-sample gradients from one backward per sample.
+tests/test_cohort_execution.py. The oracles are the ``mnist1d`` package itself (its
+``make_dataset`` called directly) and counts worked out by hand in the comments.
 """
 
 from __future__ import annotations
@@ -20,11 +18,7 @@ import torch
 from torch import nn
 
 from client_app import per_sample_norms as psn
-from fedcgd_config.settings import (
-    TaskSettings,
-    default_run_config,
-    unread_settings,
-)
+from fedcgd_config.settings import TaskSettings, default_run_config, unread_settings
 from fedcgd_task.datasets import load_data
 from fedcgd_task.datasets import mnist1d as mnist1d_module
 from fedcgd_task.datasets.mnist1d import (
@@ -52,10 +46,7 @@ def package_dataset(samples: int) -> dict[str, Any]:
     return make_dataset(args)  # seeds numpy's global generator itself
 
 
-# --- the generator ---------------------------------------------------------------------------
-
-
-def test_arrays_are_the_packages_make_dataset_with_its_defaults_and_split(tmp_path):
+def test_arrays_are_the_packages_make_dataset_with_its_defaults_and_split_on_any_thread(tmp_path):
     x_train, y_train, x_test, y_test = load_mnist1d(tmp_path, SMALL_N)
     expected = package_dataset(SMALL_N)
     assert x_train.shape == (160, 1, 40) and x_test.shape == (40, 1, 40)
@@ -68,21 +59,14 @@ def test_arrays_are_the_packages_make_dataset_with_its_defaults_and_split(tmp_pa
     # 200 // 10 = 20 samples of each digit over both sets.
     counts = np.bincount(y_train, minlength=10) + np.bincount(y_test, minlength=10)
     assert counts.tolist() == [20] * 10
-
-
-def test_generations_on_several_threads_each_give_the_packages_arrays():
-    """The package draws from numpy's global generator: threads generate one at a time."""
-    expected = package_dataset(SMALL_N)
+    # The package draws from numpy's global generator: threads generate one at a time.
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda _: generate_mnist1d(mnist1d_arguments(SMALL_N)), range(8)))
     for x_train, *_ in results:
         np.testing.assert_array_equal(x_train[:, 0, :], expected["x"].astype(np.float32))
 
 
-# --- the cache -------------------------------------------------------------------------------
-
-
-def test_same_arguments_read_the_cached_file_and_the_global_random_states_stay(
+def test_the_cache_is_read_for_the_same_arguments_only_and_the_global_random_states_stay(
     tmp_path, monkeypatch
 ):
     np.random.seed(1234)  # noqa: NPY002 (the global state under test)
@@ -95,10 +79,13 @@ def test_same_arguments_read_the_cached_file_and_the_global_random_states_stay(
     files = sorted(p.name for p in tmp_path.iterdir())
     path = mnist1d_cache_path(tmp_path, mnist1d_arguments(SMALL_N))
     assert files == [path.name]  # no temporary file left behind
-    assert (
-        path.name.startswith(f"mnist1d-{SMALL_N}-") and len(path.stem) == len("mnist1d-200-") + 16
-    )
+    assert path.name.startswith(f"mnist1d-{SMALL_N}-")
+    assert len(path.stem) == len("mnist1d-200-") + 16
     stamp = path.stat().st_mtime_ns
+    larger = load_mnist1d(tmp_path, 300)  # other arguments never read another file
+    assert len(larger[1]) == 240 and len(first[1]) == 160  # int(300 * 0.8), int(200 * 0.8)
+    names = {p.name for p in tmp_path.iterdir()}
+    assert len(names) == 2 and any(n.startswith("mnist1d-300-") for n in names)
 
     def no_generation(arguments):
         raise AssertionError("generated again although the cache holds these arguments")
@@ -111,14 +98,6 @@ def test_same_arguments_read_the_cached_file_and_the_global_random_states_stay(
     for a, b in zip(first, second, strict=True):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
-
-
-def test_other_arguments_never_read_another_file(tmp_path, monkeypatch):
-    small = load_mnist1d(tmp_path, SMALL_N)
-    larger = load_mnist1d(tmp_path, 300)
-    assert len(larger[1]) == 240 and len(small[1]) == 160  # int(300 * 0.8), int(200 * 0.8)
-    names = {p.name for p in tmp_path.iterdir()}
-    assert len(names) == 2 and any(n.startswith("mnist1d-300-") for n in names)
     # Every argument of make_dataset and the package version are in the key.
     arguments = mnist1d_arguments(SMALL_N)
     base = mnist1d_cache_path(tmp_path, arguments)
@@ -128,7 +107,7 @@ def test_other_arguments_never_read_another_file(tmp_path, monkeypatch):
     assert mnist1d_cache_path(tmp_path, arguments) != base
 
 
-def test_a_foreign_or_broken_file_at_the_cache_path_is_replaced(tmp_path):
+def test_a_foreign_or_broken_cache_is_replaced_and_an_unwritable_folder_costs_only_it(tmp_path):
     path = mnist1d_cache_path(tmp_path, mnist1d_arguments(SMALL_N))
     zeros = np.zeros((1, 1, 40), np.float32), np.zeros(1, np.int64)
     np.savez(path, key=np.array("another key"), x_train=zeros[0], y_train=zeros[1])
@@ -139,20 +118,14 @@ def test_a_foreign_or_broken_file_at_the_cache_path_is_replaced(tmp_path):
     np.testing.assert_array_equal(load_mnist1d(tmp_path, SMALL_N)[2], fresh[2])
     with np.load(path) as data:  # rewritten with this key
         np.testing.assert_array_equal(data["x_test"], fresh[2])
-
-
-def test_an_unwritable_data_folder_costs_only_the_cache(tmp_path):
-    blocker = tmp_path / "a-file"
+    blocker = tmp_path / "a-file"  # a data folder that cannot be made costs only the cache
     blocker.write_text("")
     with pytest.warns(RuntimeWarning, match="could not cache"):
         arrays = load_mnist1d(blocker / "data", SMALL_N)
     assert len(arrays[0]) == 160
 
 
-# --- the data set through the contract and the settings ----------------------------------
-
-
-def test_the_sample_count_reaches_the_generator_through_the_settings(tmp_path):
+def test_the_sample_count_reaches_the_generator_and_is_unread_where_it_changes_nothing(tmp_path):
     train, test = load_data("mnist1d", str(tmp_path), settings_for(tmp_path, SMALL_N))
     assert (len(train), len(test)) == (160, 40)
     assert train.input_shape == (1, 40) and train.num_classes == test.num_classes == 10
@@ -164,9 +137,8 @@ def test_the_sample_count_reaches_the_generator_through_the_settings(tmp_path):
     assert abs(values.mean()) < 1e-5 and abs(values.std() - 1.0) < 1e-5
     assert default_run_config()["mnist1d-samples"] == 20000
     assert settings_for(tmp_path, 20000).model == "cnn1d"  # auto
+    # the data folder and the sample count are unread where they change nothing
 
-
-def test_the_data_folder_and_sample_count_are_unread_where_they_change_nothing():
     def task(dataset: str) -> dict[str, Any]:
         return {"task": {"dataset": dataset}}
 
@@ -176,9 +148,6 @@ def test_the_data_folder_and_sample_count_are_unread_where_they_change_nothing()
         assert "task.mnist1d_samples" in unread_settings(task(dataset))
     assert "task.data_dir" not in unread_settings(task("cifar10"))
     assert "task.mnist1d_samples" not in unread_settings(task("/abs/mine.py:load"))
-
-
-# --- the models ------------------------------------------------------------------------------
 
 
 def test_an_unbatched_conv1d_input_is_refused_during_the_pass():

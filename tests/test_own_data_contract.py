@@ -20,8 +20,6 @@ from fedcgd_config.settings import TaskSettings, default_run_config
 from fedcgd_task.datasets import check_data, load_data
 from fedcgd_task.models import build_model
 
-# --- the built-ins through the same interface ------------------------------------------------
-
 
 def test_digits_through_the_data_set_contract_equals_scikit_learns_images():
     # The old loader's definition, from scikit-learn directly: stratified 80 / 20 split with
@@ -55,9 +53,6 @@ def test_the_digits_mlp_is_initialised_bit_for_bit_as_before(seed):
     assert sorted(ours) == ["net.1.bias", "net.1.weight", "net.3.bias", "net.3.weight"]
     for key, value in reference.state_dict().items():
         assert torch.equal(ours[f"net.{key}"], value), key
-
-
-# --- the contract's details ------------------------------------------------------------------
 
 
 def test_integer_inputs_become_float32_and_num_classes_may_exceed_the_labels():

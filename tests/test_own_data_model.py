@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from run_results import comparable, same_model, whole_run
-from subprocesses import FEDCGD
+from subprocesses import FEDCGD, run_ok
 from task_settings import refused_before_start
 from torch import nn
 
@@ -58,19 +57,9 @@ def build(num_classes, input_shape):
     return nn.Sequential(nn.Linear(features, 5), nn.Tanh(), nn.Linear(5, num_classes))
 """
 
-#: The same problem and a model with a LayerNorm (outside the one-pass σ̂: vmap), as files.
-FILE_MODULE = """
-import numpy as np
+#: A model with a LayerNorm (outside the one-pass σ̂: vmap); with DATA_MODULE, one file.
+LAYER_NORM_MODEL = """
 from torch import nn
-
-
-def load():
-    rng = np.random.default_rng(7)
-    centres = 2.0 * np.eye(3, 6)
-    y_train, y_test = np.repeat(np.arange(3), 40), np.repeat(np.arange(3), 10)
-    x_train = centres[y_train] + 0.5 * rng.standard_normal((120, 6))
-    x_test = centres[y_test] + 0.5 * rng.standard_normal((30, 6))
-    return (x_train, y_train), (x_test, y_test), 3
 
 
 def build(num_classes, input_shape):
@@ -156,7 +145,7 @@ def user_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (package / "__init__.py").write_text("")
     (package / "data.py").write_text(textwrap.dedent(DATA_MODULE))
     (package / "nets.py").write_text(textwrap.dedent(MODEL_MODULE))
-    (folder / "toy_file.py").write_text(textwrap.dedent(FILE_MODULE))
+    (folder / "toy_file.py").write_text(textwrap.dedent(DATA_MODULE + LAYER_NORM_MODEL))
     (folder / "bad_cases.py").write_text(textwrap.dedent(BAD_MODULE))
     assert not folder.resolve().is_relative_to(PROJECT)
     return folder
@@ -320,11 +309,7 @@ def test_the_launcher_imports_the_users_modules_in_every_process(user_folder, tm
         {**settings, "dataset": "toyproblem.data:load", "model": model, "result-dir": str(out)}
     )
     env = {**os.environ, "PYTHONPATH": str(user_folder)}
-    command = [FEDCGD, "run", "--run-config", text]
-    done = subprocess.run(
-        command, cwd=PROJECT, capture_output=True, text=True, env=env, timeout=900
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_ok([FEDCGD, "run", "--run-config", text], timeout=900, env=env)
     assert_two_rounds_uploaded(out, FILE_MODEL_PARAMETERS)  # devices trained in Ray workers
     final = json.loads((out / "summary.json").read_text())["final_accuracy"]
     assert isinstance(final, float) and 0.0 <= final <= 1.0

@@ -86,7 +86,7 @@ def test_protocol_rule() -> None:
         rule("bc", "push")
 
 
-def test_class_gradient_is_one_array_shape_per_variant_and_misspelt_names_get_close_ones():
+def test_class_gradient_shapes_figure_labels_and_close_names_of_misspelt_policies():
     context = PolicyContext(num_devices=3, num_classes=2, initial_g=2.0)
     g, gc = (
         make_policy(name, context).class_gradient for name in ("fedcgd-fscd", "fedcgd-fscd-gc")
@@ -100,18 +100,14 @@ def test_class_gradient_is_one_array_shape_per_variant_and_misspelt_names_get_cl
     label = r"'policy' = 'BC \(best chanel\)'; did you mean BC \(best channel\)\? "
     with pytest.raises(ValueError, match=label):
         policy_class("BC (best chanel)")
-
-
-@pytest.mark.parametrize(
-    ("given", "name"),
-    [
+    # a policy is named by its figure label (any case) and keeps its name
+    labels = [
         ("FedCGD-FSCD", "fedcgd-fscd"), ("BC (best channel)", "bc"), ("bc (BEST CHANNEL)", "bc"),
         ("BC", "bc"), ("Fed-CBS", "fedcbs"), ("FEDCGD-FSCD (Ĝ_C)", "fedcgd-fscd-gc"),
-    ],
-)  # fmt: skip
-def test_a_policy_is_named_by_its_figure_label_and_keeps_its_name(given: str, name: str) -> None:
-    policy = make_policy(given, PolicyContext(num_devices=4, num_classes=2))
-    assert (type(policy), policy.name) == (policy_class(name), name)
+    ]  # fmt: skip
+    for given, name in labels:
+        policy = make_policy(given, PolicyContext(num_devices=4, num_classes=2))
+        assert (type(policy), policy.name) == (policy_class(name), name), given
 
 
 def paper_example(sigma: float = 0.01, budget_hz: float = 2.0) -> SchedulingProblem:
@@ -154,16 +150,14 @@ def test_wemd_sampling_and_objective_hand_values() -> None:
 
 
 def test_feasibility_read_only_arrays_masks_and_good_values_unchanged_as_the_math_types():
-    problem = SchedulingProblem(
-        np.full((3, 2), 0.5), np.array([0.5, 0.5]), np.array([1.0, np.inf, 2.0]), 3.0, 1.0
-    )
+    def three(need: list[float]) -> SchedulingProblem:  # B = 3, B* = need
+        return SchedulingProblem(np.full((3, 2), 0.5), UNIFORM2, np.array(need), 3.0, 1.0)
+
+    problem = three([1.0, np.inf, 2.0])
     np.testing.assert_array_equal(problem.feasible, [True, False, True])
     assert problem.is_feasible(np.array([True, False, True]))  # 1 + 2 = 3 <= 3
     assert not problem.is_feasible(np.array([True, True, False]))  # infeasible device
-    tight = SchedulingProblem(
-        np.full((3, 2), 0.5), np.array([0.5, 0.5]), np.array([1.0, 1.5, 2.0]), 3.0, 1.0
-    )
-    assert not tight.is_feasible(np.array([False, True, True]))  # 3.5 > 3
+    assert not three([1.0, 1.5, 2.0]).is_feasible(np.array([False, True, True]))  # 3.5 > 3
     example = paper_example()
     assert not example.label_dist.flags.writeable and not example.min_bandwidth_hz.flags.writeable
     np.testing.assert_array_equal(example.class_gradient_array, [1.0, 1.0])

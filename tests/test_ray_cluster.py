@@ -27,7 +27,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from proc_tree import command_line, descendants, marked
 from run_results import comparable, same_model
-from subprocesses import wait_for
+from subprocesses import run_ok, wait_for
 
 from experiments.compare.reproduce import CONF_DIR, reproduce
 from fedcgd_config.schema import PROJECT_DIR
@@ -81,17 +81,16 @@ def recipe() -> str:
     return blocks[0]
 
 
-def namespace_problem() -> str | None:
-    """Why the recipe's namespaces cannot be made here, or None."""
+def skip_without_namespaces() -> None:
+    """Skip the test when the recipe's namespaces cannot be made here."""
     if shutil.which("unshare") is None or shutil.which("ip") is None:
-        return "unshare or ip (util-linux, iproute2) not installed"
+        pytest.skip("unshare or ip (util-linux, iproute2) not installed")
     proc = subprocess.run(
         ["unshare", "--net", "--pid", "--fork", "--mount-proc", "ip", "link", "set", "lo", "up"],
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     if proc.returncode != 0:
-        return f"unshare is not permitted here (needs root): {proc.stderr.strip()}"
-    return None
+        pytest.skip(f"unshare is not permitted here (needs root): {proc.stderr.strip()}")
 
 
 def test_the_recipe_writes_its_results_into_the_git_ignored_results_folder():
@@ -102,9 +101,7 @@ def test_the_recipe_writes_its_results_into_the_git_ignored_results_folder():
 
 @pytest.mark.slow  # 2-3 min: two Ray nodes, a simulation and a preset on them
 def test_the_documented_recipe_runs_clientapps_on_both_nodes_and_leaves_nothing(tmp_path):
-    problem = namespace_problem()
-    if problem is not None:
-        pytest.skip(problem)
+    skip_without_namespaces()
     # As written, from a folder holding the environment as .venv (results land in its results/),
     # with the probe before `ray stop`.
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)
@@ -113,11 +110,8 @@ def test_the_documented_recipe_runs_clientapps_on_both_nodes_and_leaves_nothing(
     assert probe in command
     mark = f"FEDCGD_TEST_{uuid.uuid4().hex}"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {mark: "1"}
-    proc = subprocess.run(
-        ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
-    )
+    proc = run_ok(["bash", "-c", command], timeout=600, cwd=tmp_path, env=env)
     output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-4000:]
     deadline = time.monotonic() + 10.0  # the namespace's end took every process along
     while (left := marked(mark)) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -177,9 +171,7 @@ ADDRESS = "127.0.0.1:6379"
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    problem = namespace_problem()
-    if problem is not None:
-        pytest.skip(problem)
+    skip_without_namespaces()
     worker = f"FEDCGD_TEST_{uuid.uuid4().hex}"
     ray = Path(sys.executable).with_name("ray")
     script = (

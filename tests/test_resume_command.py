@@ -65,8 +65,7 @@ def printed_command(line: str, head: str) -> list[str]:
 
 
 def run_verbatim(words: list[str], limit_s: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run a printed command word for word from the project folder (as a user pastes it); it
-    must exit with 0."""
+    """A printed command run word for word from the project folder; it must exit with 0."""
     assert Path(PROJECT_DIR / words[0]).resolve() == Path(FEDCGD).resolve(), words
     return run_ok(words, timeout=limit_s)
 
@@ -181,11 +180,9 @@ def test_make_run_stopped_with_ctrl_c_ends_with_the_continue_command(tmp_path):
     assert out.strip().splitlines()[-1].startswith(f"{CONTINUE}{done} of 40: "), out[-3000:]
 
 
-# What the last line says, from the folder's files alone (no run needed).
-
-
 def folder_with(tmp_path: Path, status: RunStatus, *files: str) -> Path:
-    """A run folder with ``status`` and ``files`` (``checkpoint.pt``: the one of round 7)."""
+    """A run folder with ``status`` and ``files`` (``checkpoint.pt``: the one of round 7), from
+    which the last line is said without a run."""
     folder = tmp_path / "run"
     folder.mkdir()
     write_status(folder, status)
@@ -226,9 +223,15 @@ def command_context(command: str, argv: list[str]) -> click.Context:
     return group.get_command(parent, command).make_context(command, argv, parent=parent)
 
 
-def test_the_launchers_resume_command_keeps_its_options_and_settings(tmp_path, monkeypatch):
+def test_the_resume_command_keeps_the_options_and_settings_as_written(tmp_path, monkeypatch):
     from experiments.run.resume_command import continue_line
 
+    # every kind of click option the commands declare comes back as the user wrote it
+    ctx = command_context("certificates", ["--host", "a", "--host", "b c"])
+    assert given_options(ctx) == ["--host", "a", "--host", "b c"]
+    flag = click.Command("x", params=[click.Option(["--on/--off"], default=True)])
+    assert given_options(flag.make_context("x", ["--off"])) == ["--off"]
+    assert given_options(flag.make_context("x", ["--on"])) == []
     monkeypatch.chdir(PROJECT_DIR)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     folder = folder_with(tmp_path, RunStatus(RUNNING, 3, 9))
@@ -253,15 +256,6 @@ def test_the_launchers_resume_command_keeps_its_options_and_settings(tmp_path, m
         "run", "--num-supernodes", "5", "--deployment", "--out", "elsewhere", "--run-config",
         'num-devices=4 num-server-rounds=9 policy="bc"',
     ]  # fmt: skip
-
-
-def test_a_flag_cleared_and_a_repeated_option_are_written_back(monkeypatch):
-    """Every kind of click option the commands declare comes back as the user wrote it."""
-    ctx = command_context("certificates", ["--host", "a", "--host", "b c"])
-    assert given_options(ctx) == ["--host", "a", "--host", "b c"]
-    flag = click.Command("x", params=[click.Option(["--on/--off"], default=True)])
-    assert given_options(flag.make_context("x", ["--off"])) == ["--off"]
-    assert given_options(flag.make_context("x", ["--on"])) == []
 
 
 def test_the_script_is_written_as_the_readme_writes_it(tmp_path, monkeypatch):
