@@ -27,17 +27,22 @@ Layout = Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]]
 def layout(arrays: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
     """Name -> (shape, numpy dtype) of numpy arrays or torch tensors, in their order."""
     return {
-        k: (tuple(int(n) for n in v.shape), np.dtype(str(v.dtype).removeprefix("torch.")))
+        k: (tuple(v.shape), v.dtype if isinstance(v, np.ndarray) else _as_numpy(v.dtype))
         for k, v in arrays.items()
     }
 
 
+def _as_numpy(dtype: Any) -> np.dtype[Any]:
+    """The numpy dtype of a torch dtype (``torch.float32`` -> ``float32``)."""
+    return np.dtype(str(dtype).removeprefix("torch."))
+
+
 def model_record(arrays: Mapping[str, NDArray[Any]]) -> ArrayRecord:
     """``arrays`` (C-contiguous or not) as one flat Array per dtype, in their order."""
-    groups: dict[str, list[NDArray[Any]]] = {}
+    groups: dict[np.dtype[Any], list[NDArray[Any]]] = {}
     for value in arrays.values():
-        groups.setdefault(value.dtype.name, []).append(value.reshape(-1))
-    return ArrayRecord({k: Array(np.concatenate(parts)) for k, parts in groups.items()})
+        groups.setdefault(value.dtype, []).append(value.reshape(-1))
+    return ArrayRecord({d.name: Array(np.concatenate(parts)) for d, parts in groups.items()})
 
 
 def model_arrays(record: ArrayRecord, model: Layout) -> dict[str, NDArray[Any]]:
@@ -49,27 +54,30 @@ def model_arrays(record: ArrayRecord, model: Layout) -> dict[str, NDArray[Any]]:
         In one line: the record's dtypes, a flat array's dtype, shape or length do not fit
         ``model``, or numpy cannot read an Array's bytes.
     """
-    sizes: dict[str, int] = {}
+    sizes: dict[np.dtype[Any], int] = {}
     for shape, dtype in model.values():
-        sizes[dtype.name] = sizes.get(dtype.name, 0) + math.prod(shape)
-    if list(record) != list(sizes):
-        raise ValueError(f"model arrays by dtype {list(record)[:4]}; allowed: {list(sizes)}")
-    flat: dict[str, NDArray[Any]] = {}
+        sizes[dtype] = sizes.get(dtype, 0) + math.prod(shape)
+    names = {d.name: d for d in sizes}
+    if list(record) != list(names):
+        raise ValueError(f"model arrays by dtype {list(record)[:4]}; allowed: {list(names)}")
+    flat: dict[np.dtype[Any], NDArray[Any]] = {}
     for key, array in record.items():
         try:
-            flat[key] = array.numpy()
+            value = array.numpy()
         except Exception as err:  # whatever numpy makes of bytes a device sent
             why = f"{type(err).__name__}: {first_line(err)}"
             raise ValueError(f"array {key!r} is unreadable: {why}") from None
-        if flat[key].dtype.name != key or flat[key].shape != (sizes[key],):
+        dtype = names[key]
+        if value.dtype != dtype or value.shape != (sizes[dtype],):
             raise ValueError(
-                f"array {key!r} is {flat[key].dtype} of shape {flat[key].shape}; allowed: "
-                f"{key} of shape ({sizes[key]},)"
+                f"array {key!r} is {value.dtype} of shape {value.shape}; allowed: "
+                f"{key} of shape ({sizes[dtype]},)"
             )
+        flat[dtype] = value
     start = dict.fromkeys(sizes, 0)
     out: dict[str, NDArray[Any]] = {}
     for name, (shape, dtype) in model.items():
-        at, n = start[dtype.name], math.prod(shape)
-        out[name] = flat[dtype.name][at : at + n].reshape(shape)
-        start[dtype.name] = at + n
+        at = start[dtype]
+        start[dtype] = end = at + math.prod(shape)
+        out[name] = flat[dtype][at:end].reshape(shape)
     return out
