@@ -322,32 +322,35 @@ def test_table_md_holds_the_reader_columns_rounded_as_in_the_docs():
     header, rule, fscd, bc = text.splitlines()
     rounds = ["median rounds to 0.75 (reached)", "FSCD earlier / later / tied (sign p / Holm)"]
     assert header.split(" | ")[3:5] == rounds
-    assert rule == "|" + "---|" * 10
+    assert rule == "|" + "---|" * 11
     # t(0.975, 1) = 12.706: 0.05 · 12.706 = 0.635 and 1 · 12.706 = 12.71; the Kaplan–Meier
     # median of rounds 10 and 20 is 10 (half reached it by round 10)
     assert fscd == (
         "| FedCGD-FSCD | 0.850 ± 0.635 | 0.900 ± 0.000 | 10 (2/2) | – | 6.00 ± 12.71 "
-        "| 0.200 ± 0.000 | – | – | 0 |"
+        "| 0.200 ± 0.000 | – | – | – | 0 |"
     )
     # paired t: diffs (−0.1, −0.2): t = −3, p = 1 − 2·atan(3)/π = 0.2048; best (−0.1, −0.15):
     # t = −5, p = 1 − 2·atan(5)/π = 0.1257; rounds: BC later on both seeds, sign p = 0.5; one
     # policy against FSCD: both endpoints one Holm family, 2 · 0.1257 = 0.2514 for each (the
     # final's 0.2048 raised to it); the sign test alone: its p; BC's median: half reached it by
-    # round 30
+    # round 30; TOST at ±0.01: the larger one-sided p, H0 mean ≤ −0.01: final
+    # t = (−0.15 + 0.01) / 0.05 = −2.8, p = 1/2 + atan(2.8)/π = 0.891; best t = (−0.125 + 0.01) /
+    # 0.025 = −4.6, p = 1/2 + atan(4.6)/π = 0.932; Holm over the two: 1 and 1
     assert bc == (
         "| BC (best channel) | 0.700 ± 0.000 | 0.775 ± 0.318 | 30 (1/2) | 2 / 0 / 0 (0.5 / 0.5) "
         "| 6.00 ± 0.00 "
         f"| 0.200 ± 0.000 | −0.150 (0.205 / 0.251) | −0.125 (0.126 / 0.251) "
-        f"| {results.LOST_MARKER} 1 of 2 |"
+        f"| 0.891 / 1; 0.932 / 1 | {results.LOST_MARKER} 1 of 2 |"
     )  # fmt: skip
     header, rule, fscd, bc = results.markdown_table(results.table_rows(runs)).splitlines()
     assert header == (  # without a target: no columns of rounds to the target
         "| policy | final accuracy | best accuracy | scheduled | WEMD | final − FSCD (p / Holm) "
-        "| best − FSCD (p / Holm) | runs with lost devices |"
+        "| best − FSCD (p / Holm) | within ±0.01 of FSCD, final; best (TOST p / Holm) "
+        "| runs with lost devices |"
     )
-    assert rule == "|" + "---|" * 8
+    assert rule == "|" + "---|" * 9
     cells = "0.850 ± 0.635 | 0.900 ± 0.000 | 6.00 ± 12.71 | 0.200 ± 0.000"
-    assert fscd == f"| FedCGD-FSCD | {cells} | – | – | 0 |"
+    assert fscd == f"| FedCGD-FSCD | {cells} | – | – | – | 0 |"
 
 
 def test_policies_that_schedule_alike_in_every_round_are_named_once(tmp_path):

@@ -26,6 +26,7 @@ from experiments.analysis.evidence import (
 from experiments.analysis.figures import policy_name
 from experiments.analysis.plot_runs import load_run, plot_estimates, plot_mean_runs, plot_runs
 from experiments.analysis.statistics import (
+    EQUIVALENCE_MARGIN,
     equivalence_test,
     holm,
     km_median,
@@ -321,6 +322,7 @@ def markdown_table(
     header = [
         *extra_columns, "policy", "final accuracy", "best accuracy", *rounds_header,
         "scheduled", "WEMD", "final − FSCD (p / Holm)", "best − FSCD (p / Holm)",
+        f"within ±{EQUIVALENCE_MARGIN:g} of FSCD, final; best (TOST p / Holm)",
         "runs with lost devices",
     ]  # fmt: skip
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -329,11 +331,14 @@ def markdown_table(
         text, ci = _text(row[f"{metric}_mean"], fmt), _text(row[f"{metric}_ci95"], fmt)
         return text if "–" in (text, ci) else f"{text} ± {ci}"
 
+    def p_holm(row: Mapping[str, Any], p: str) -> str:
+        return f"{_text(row.get(p), '.3g')} / {_text(row.get(p + '_holm'), '.3g')}"
+
     def tested(row: Mapping[str, Any], value: str, p: str) -> str:
-        return f"{value} ({_text(row.get(p), '.3g')} / {_text(row.get(p + '_holm'), '.3g')})"
+        return f"{value} ({p_holm(row, p)})"
 
     for row in rows:
-        rounds, sign, diffs = "–", "–", ["–", "–"]
+        rounds, sign, diffs, tost = "–", "–", ["–", "–"], "–"
         if _cell(row.get("reached_target")) != "":
             median = float(_cell(row.get("rounds_to_target_km_median")) or math.inf)
             median_text = "–" if math.isinf(median) else f"{median:.0f}"
@@ -346,12 +351,13 @@ def markdown_table(
                 diffs[i] = tested(
                     row, format(diff, "+.3f").replace("-", "−"), f"{prefix}p_value{VS}"
                 )
+                tost = "; ".join(p_holm(row, f"{p}tost_p{VS}") for p in PAIRED_METRICS.values())
         lost = row.get("runs_with_lost_devices") or 0
         cells = [
             *(str(row[c]) for c in extra_columns), policy_name(str(row["policy"])),
             mean_ci(row, "final_accuracy", ".3f"), mean_ci(row, "max_accuracy", ".3f"),
             *[rounds, sign][: len(rounds_header)], mean_ci(row, "mean_scheduled", ".2f"),
-            mean_ci(row, "mean_wemd", ".3f"), *diffs,
+            mean_ci(row, "mean_wemd", ".3f"), *diffs, tost,
             f"{LOST_MARKER} {lost} of {row['n_seeds']}" if lost else "0",
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
