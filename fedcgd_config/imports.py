@@ -19,8 +19,9 @@ _MODULE_REFERENCE = re.compile(
 )
 _FILE_REFERENCE = re.compile(r"^(/.+\.py):([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_]\w*)*)$")
 
+#: The project's packages (pyproject.toml's wheel): their frames are not the researcher's code.
 APP_PACKAGES = frozenset(
-    "channel client_app experiments fedcgd_strategy fedcgd_task server_app".split()
+    "channel client_app experiments fedcgd_config fedcgd_strategy fedcgd_task server_app".split()
 )
 _LIBRARIES = tuple({sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")})
 _ESCAPE_CODE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

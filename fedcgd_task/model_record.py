@@ -68,6 +68,8 @@ def model_arrays(record: ArrayRecord, model: Layout) -> dict[str, NDArray[Any]]:
             why = f"{type(err).__name__}: {first_line(err)}"
             raise ValueError(f"array {key!r} is unreadable: {why}") from None
         dtype = names[key]
+        if not isinstance(value, np.ndarray):  # np.load reads .npz bytes as an NpzFile
+            raise ValueError(f"array {key!r} is unreadable: {type(value).__name__}, not an array")
         if value.dtype != dtype or value.shape != (sizes[dtype],):
             raise ValueError(
                 f"array {key!r} is {value.dtype} of shape {value.shape}; allowed: "

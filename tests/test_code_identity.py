@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from task_settings import checkpointed_run_config
 
 from experiments.compare.results import summarise, warn_mixed_code
 from experiments.run.inprocess import run_inprocess
+from fedcgd_config.imports import APP_PACKAGES
 from server_app.run_folder.results import (
     COMPUTING_PACKAGES,
     CONFIG_FILE,
@@ -42,6 +44,9 @@ def test_the_digest_is_sha256_of_paths_bytes_and_versions_in_order(tmp_path: Pat
     assert set(identity["versions"]) == {"numpy", "scipy", "torch", "flwr", "python"}
     packages = {"channel", "client_app", "fedcgd_config", "fedcgd_strategy", "fedcgd_task"}
     assert packages | {"server_app"} == set(COMPUTING_PACKAGES)
+    # an error's "(file:line in fn)" names the researcher's frame: never one of the project's
+    wheel = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["hatch"]["build"]
+    assert set(wheel["targets"]["wheel"]["packages"]) == APP_PACKAGES
 
 
 NOW = {"digest": "new", "versions": {"torch": "2"}}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import gzip
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +69,19 @@ def test_tables_from_finished_runs(tmp_path, monkeypatch, capsys):
     assert by_run[("bc", "0")]["rounds_to_target"] == "3"
     assert by_run[("fedcgd-fscd", "1")]["rounds_to_target"] == "2"  # the first round at 0.6
     assert Path(by_run[("bc", "2")]["result_dir"]) == out / "bc" / "seed-2"
+    with gzip.open(out / "rounds.csv.gz", "rt", newline="") as handle:
+        rounds = list(csv.DictReader(handle))
+    assert list(rounds[0]) == ["policy", "seed", "round", "accuracy", "num_scheduled", "wemd"]
+    assert [
+        (x["policy"], int(x["seed"]), int(x["round"]), float(x["accuracy"]),
+         int(x["num_scheduled"]), float(x["wemd"])) for x in rounds
+    ] == [
+        (p, s, r, acc, SCHEDULED[p][r - 1] + s, 0.1 * r + 0.01 * s)
+        for p, per_seed in ACCURACY.items() for s, accs in per_seed.items()
+        for r, acc in enumerate(accs, start=1)
+    ]  # fmt: skip
+    results.write_rounds(result.runs, tmp_path / "again.csv.gz")  # the same runs, the same bytes
+    assert (tmp_path / "again.csv.gz").read_bytes() == (out / "rounds.csv.gz").read_bytes()
 
     table = {r["policy"]: r for r in read_csv(out / "table.csv")}
     assert list(read_csv(out / "table.csv")[0]) == list(results.TABLE_COLUMNS)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterable
 from copy import deepcopy
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fake_grid import FakeGrid, make_contexts
 from flwr.app import Array, Message
@@ -121,7 +123,11 @@ def test_a_refused_discovery_reply_is_recorded_in_the_round_line(tmp_path):
     assert all(1 not in x["uploaded"] for x in lines)
 
 
-@pytest.mark.parametrize("data", [b"", b"\x93NUMPY junk", b"\x80\x04pickled"])
+NPZ = io.BytesIO()
+np.savez(NPZ, x=np.zeros(1))  # np.load reads it as an NpzFile, not an array
+
+
+@pytest.mark.parametrize("data", [b"", b"\x93NUMPY junk", b"\x80\x04pickled", NPZ.getvalue()])
 def test_an_upload_whose_bytes_numpy_cannot_read_costs_only_its_device(tmp_path, data):
     def handler(msg, context):
         reply = client_app(msg, context)

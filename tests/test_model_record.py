@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 import torch
@@ -30,6 +32,13 @@ def test_a_model_travels_as_one_flat_array_per_dtype_and_comes_back_equal() -> N
     assert layout(tensors) == layout(MODEL)  # a torch state dict has the same layout
 
 
+def _npz() -> bytes:
+    """An .npz archive's bytes (np.load reads them as an NpzFile, not an array)."""
+    buffer = io.BytesIO()
+    np.savez(buffer, x=np.zeros(1, np.int64))
+    return buffer.getvalue()
+
+
 def _with(key: str, array: Array) -> ArrayRecord:
     record = model_record(MODEL)
     record[key] = array
@@ -51,6 +60,8 @@ def _with(key: str, array: Array) -> ArrayRecord:
          "array 'int64' is int64 of shape (1, 1); allowed: int64 of shape (1,)"),
         (_with("int64", Array(dtype="int64", shape=(1,), stype="numpy.ndarray",
                               data=b"\x93NUMPY junk")), "array 'int64' is unreadable: "),
+        (_with("int64", Array(dtype="int64", shape=(1,), stype="numpy.ndarray", data=_npz())),
+         "array 'int64' is unreadable: NpzFile, not an array"),
     ],
 )  # fmt: skip
 def test_a_record_that_does_not_fit_the_model_is_one_line(record, said) -> None:

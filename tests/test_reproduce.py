@@ -215,6 +215,18 @@ def test_a_seeded_sweep_writes_tables_over_seeds(tmp_path, monkeypatch, capsys):
     assert calls == []
     assert capsys.readouterr().out.strip().splitlines()[-1] == "all 12 runs completed"
 
+    # other settings into the same folder: refused before anything runs, naming the folders
+    words = ["policies=[bc,fedcgd-fscd]", "seeds=[0,1,2,3]", "sweep.local-steps=[1,2]"]
+    fewer = load(
+        "digits_policies", hydra_overrides([*words, "run.num-server-rounds=3", f"out={out}"])
+    )
+    assert reproduce.reproduce(fewer) == 2 and calls == []
+    err = capsys.readouterr().err
+    kept = out / "local-steps=1" / "bc" / "seed-0"
+    assert err.startswith(f"error: {kept}: num-server-rounds = 50 there, 3 now; ")
+    assert err.count("\n") == 1
+    assert not (out / "local-steps=1" / "bc" / "seed-3").exists()
+
 
 def test_a_failed_run_makes_the_exit_code_1_and_is_named_last(tmp_path, monkeypatch, capsys):
     fails = lambda c: c["policy"] == "bc" and c["local-steps"] == 2  # noqa: E731

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import gzip
+import io
 import itertools
 import math
 import sys
@@ -77,6 +79,9 @@ TABLE_COLUMNS = (
     *ROUNDS_TEST_COLUMNS, *(f"{column}_holm" for column in P_COLUMNS),
     "n_paired", "runs_with_lost_devices", "seeds",
 )  # fmt: skip
+
+#: ``rounds.csv.gz``: every run's rounds (accuracy where evaluated), to recompute any target.
+ROUND_COLUMNS = ("policy", "seed", "round", "accuracy", "num_scheduled", "wemd")
 
 #: How the console line flags a policy with runs that lost devices.
 LOST_MARKER = "[!] devices lost"
@@ -251,6 +256,7 @@ def write_comparison(
         for row in table_rows(point_runs, target_accuracy)
     ]
     write_table(runs, out / "runs.csv", extra, RUN_COLUMNS)
+    write_rounds(runs, out / "rounds.csv.gz", extra)
     write_table(rows, out / "table.csv", extra)
     table = markdown_table(rows, target_accuracy, extra)
     atomic_write(out / "table.md", table)
@@ -271,6 +277,23 @@ def write_comparison(
     print(table + "".join(f"{note}\n" for note in notes), end="", flush=True)
     print(f"wrote {out / 'table.md'}, {out / 'table.csv'}, {out / 'runs.csv'} and {figure}")
     return rows
+
+
+def write_rounds(
+    runs: Sequence[Mapping[str, Any]], path: Path, extra_columns: tuple[str, ...] = ()
+) -> None:
+    """Every run's rounds as gzip'd CSV (:data:`ROUND_COLUMNS`, ``extra_columns`` first; the
+    same runs give the same bytes): the accuracy where evaluated, the scheduled number, WEMD."""  # noqa: D205, D209
+    handle = io.StringIO(newline="")
+    writer = csv.writer(handle)
+    writer.writerow((*extra_columns, *ROUND_COLUMNS))
+    for run in runs:
+        _, lines = load_run(Path(run["result_dir"]))
+        first = (*(run[c] for c in extra_columns), run["policy"], run["seed"])
+        writer.writerows(
+            (*first, x["round"], *(_cell(x.get(k)) for k in ROUND_COLUMNS[3:])) for x in lines
+        )
+    atomic_write(path, gzip.compress(handle.getvalue().encode(), mtime=0))
 
 
 def same_schedule_lines(runs: Sequence[Mapping[str, Any]]) -> list[str]:
