@@ -21,7 +21,7 @@ from fedcgd_strategy.flower.simulation import is_simulation, patient, stall_alar
 from server_app.checkpoint import ResumePlan, claim_run_folder, save_model
 from server_app.config import RunConfig, check_components, parse_run_config
 from server_app.recorder import RoundRecorder
-from server_app.run_folder.files import ResultWriteError
+from server_app.run_folder.files import ResultWriteError, as_failure, watching
 from server_app.run_folder.results import ResultWriter, sync_run_files
 from server_app.run_folder.run_status import (
     COMPLETED,
@@ -35,7 +35,6 @@ from server_app.run_folder.run_status import (
     lost_note,
     write_status,
 )
-from server_app.run_folder.signals import as_failure, watching
 from server_app.setup import RunSetup, build_setup
 
 app = ServerApp()
@@ -105,11 +104,11 @@ def run_federation(grid: Grid, config: RunConfig, *, fresh_name: bool = False) -
     flower.setLevel(level if config.verbose else WARNING)  # its per-round INFO lines: verbose
     with watching() as noted:
         try:
-            taken = claim_run_folder(config, writer=True, fresh_name=fresh_name)
+            claim, config, plan = claim_run_folder(config, writer=True, fresh_name=fresh_name)
             if fresh_name:
-                say(f"result folder: {taken.config.result_dir}")
-            with taken.claim:
-                return _record_run(grid, taken.config, taken.plan, noted)
+                say(f"result folder: {config.result_dir}")
+            with claim:
+                return _record_run(grid, config, plan, noted)
         except BaseException as err:
             failure = as_failure(err, noted)
             if failure is err:

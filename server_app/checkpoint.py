@@ -189,9 +189,7 @@ def save_checkpoint(result_dir: Path, checkpoint: Checkpoint) -> Path:
 
 
 def load_checkpoint(result_dir: Path) -> Checkpoint:
-    """Read ``checkpoint.pt`` (``weights_only``: no pickled code runs); FileNotFoundError when
-    there is none, ValueError (one line) when it is a link, too large or not a checkpoint.
-    """  # noqa: D205
+    """Read ``checkpoint.pt`` (``weights_only``); FileNotFoundError, ValueError (one line)."""
     path = result_dir / CHECKPOINT_FILE
     head = f"run-config key 'resume-from' = '{result_dir}': {CHECKPOINT_FILE}"
     if not path.exists():
@@ -272,18 +270,12 @@ def check_resume(config: RunConfig) -> ResumePlan:
     return ResumePlan(checkpoint=checkpoint, lines=lines, finish_only=done == wanted)
 
 
-@dataclass
-class ClaimedRun:
-    """A run's folder locked by this process (``config.result_dir``), and the resume plan."""
-
-    config: RunConfig
-    claim: FolderClaim
-    plan: ResumePlan | None
-
-
-def claim_run_folder(config: RunConfig, *, writer: bool, fresh_name: bool = False) -> ClaimedRun:
-    """Lock the run's folder (created for a new run) and check it under the lock; ``writer``:
-    the ServerApp's, which removes the temporary files a killed writer left.
+def claim_run_folder(
+    config: RunConfig, *, writer: bool, fresh_name: bool = False
+) -> tuple[FolderClaim, RunConfig, ResumePlan | None]:
+    """Lock the run's folder (created for a new run) and check it under the lock: the claim, the
+    config (its ``result_dir`` the folder), the resume plan; ``writer``: the ServerApp's, which
+    removes the temporary files a killed writer left.
     """  # noqa: D205
     key = "run-config key " + ("'resume-from'" if config.resume_from else "'result-dir'")
     claim = claim_folder(
@@ -302,4 +294,4 @@ def claim_run_folder(config: RunConfig, *, writer: bool, fresh_name: bool = Fals
         ours = any(left.name.startswith(f".{name}.") for name in RUN_FILES)
         if ours and left.is_file() and not left.is_symlink():
             left.unlink(missing_ok=True)
-    return ClaimedRun(config, claim, plan)
+    return claim, config, plan

@@ -16,6 +16,7 @@ from fedcgd_config.settings import RECORDED, default_run_config
 from fedcgd_strategy.record import RoundRecord
 from server_app.checkpoint import save_checkpoint
 from server_app.config import parse_run_config
+from server_app.run_folder.files import held
 from server_app.run_folder.results import ResultWriter, sync_run_files
 from server_app.run_folder.run_status import (
     RUNNING,
@@ -24,7 +25,6 @@ from server_app.run_folder.run_status import (
     lost_counts,
     write_status,
 )
-from server_app.run_folder.signals import held
 from server_app.setup import RunSetup
 
 #: TensorBoard tag -> field of the round's metrics line (docs/running.md, "What a run writes").

@@ -19,7 +19,7 @@ from run_results import assert_same_run, lines, whole_run
 from test_resume_command import CONTINUE, printed_command, run_config_text, run_verbatim
 
 from experiments.cli import invoke
-from server_app.run_folder.files import atomic_write
+from server_app.run_folder.files import Interrupted, atomic_write, held
 from server_app.run_folder.run_status import (
     COMPLETED,
     FAILED,
@@ -29,7 +29,6 @@ from server_app.run_folder.run_status import (
     read_status,
     write_status,
 )
-from server_app.run_folder.signals import Interrupted, held
 
 #: A checkpoint after every round: the round a stop lands in is the one that can be continued.
 VALUES = {"num-devices": 8, "num-server-rounds": 6, "policy": "fedcgd-fscd", "checkpoint-every": 1}

@@ -23,8 +23,8 @@ from scipy import stats
 from experiments.cli import invoke
 from experiments.compare import execution, results
 from experiments.compare import plans as planning
+from server_app.run_folder.files import Interrupted
 from server_app.run_folder.run_status import FAILED, RUNNING, read_status
-from server_app.run_folder.signals import Interrupted
 
 # policy -> seed -> test accuracy per round (rounds 1, 2, 3)
 ACCURACY = {

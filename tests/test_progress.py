@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from experiments.run.progress import RunProgress, format_duration
 
 
@@ -51,15 +49,6 @@ def test_time_left_is_the_mean_executed_run_times_the_runs_left_per_worker() -> 
     assert progress.header() == "[run 3/6 | 2 done | 1 min 00 s elapsed | ~1 min 40 s left]"
 
 
-def test_round_eta_is_zero_with_no_round_left_and_refused_before_any_round() -> None:
-    # its mean round time (the first round left out after round 1): test_recorder's ETA test
-    from server_app.run_folder.results import eta_s
-
-    assert eta_s([3.0, 1.0], 0) == 0.0 and eta_s([3.0, 1.0], -1) == 0.0
-    with pytest.raises(ValueError, match="no finished round"):
-        eta_s([], 3)
-
-
 def test_a_resumed_writer_keeps_its_clock_but_times_only_its_own_rounds(
     monkeypatch, tmp_path
 ) -> None:
@@ -72,3 +61,5 @@ def test_a_resumed_writer_keeps_its_clock_but_times_only_its_own_rounds(
     writer.start_rounds()
     clock.now += 2.0  # round 8: 2 s, 2 left
     assert writer.progress(8, 0.5, 3, 4).endswith("| elapsed    49.0 s | ETA     4.0 s")
+    clock.now += 1.0  # round 10, the last: no time left (the mean round time: test_recorder)
+    assert writer.progress(10, 0.5, 3, 4).endswith("| elapsed    50.0 s | ETA     0.0 s")

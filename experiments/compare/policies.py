@@ -13,9 +13,8 @@ from experiments.compare.plans import check_comparison, plan_points
 from experiments.run.resume_command import rerun_line
 from experiments.run.run_config import parse_run_config_text
 from fedcgd_strategy.policies.registry import canonical_policy
-from server_app.run_folder.files import ResultWriteError
+from server_app.run_folder.files import ResultWriteError, exit_code_stopping_on_signals
 from server_app.run_folder.folder_lock import FolderClaim
-from server_app.run_folder.signals import exit_code_stopping_on_signals
 
 #: The ``--aggregators`` name of the scheduler's FedAvg (run-config ``aggregator = ""``).
 DEFAULT_AGGREGATOR_NAME = "default"

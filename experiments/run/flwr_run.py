@@ -26,8 +26,8 @@ from experiments.run.processes import popen, stop
 from experiments.run.run_config import run_config_file, with_resolved_data_dir
 from fedcgd_config import keys
 from fedcgd_config.schema import PROJECT_DIR
+from server_app.run_folder.files import Interrupted
 from server_app.run_folder.run_status import mark_stopped
-from server_app.run_folder.signals import Interrupted
 
 
 def _free_port() -> int:

@@ -20,7 +20,7 @@ from experiments.run.run_config import (
     with_resolved_data_dir,
 )
 from fedcgd_config.schema import PROJECT_DIR
-from server_app.run_folder.signals import exit_code_stopping_on_signals
+from server_app.run_folder.files import ResultWriteError, exit_code_stopping_on_signals
 
 if TYPE_CHECKING:
     from experiments.run.resume_command import LastWords
@@ -99,10 +99,10 @@ def check_options(args: LaunchOptions, merged: dict[str, Any]) -> None:
 
 def with_last_words(command: Callable[[LastWords], int]) -> int:
     """``command(last_words)``'s exit code; SIGINT / SIGTERM stop it and print its last words."""
-    from experiments.run.resume_command import LastWords
-
-    last_words = LastWords()
-    return exit_code_stopping_on_signals(lambda: command(last_words), last_words)
+    said: LastWords = []
+    return exit_code_stopping_on_signals(
+        lambda: command(said), lambda: said[-1]() if said else None
+    )
 
 
 def main(options: LaunchOptions, started: StartedAs | None = None) -> int:
@@ -159,7 +159,7 @@ def start_run(
     result_dir = effective_result_dir(config)
     print(f"result folder: {result_dir}", flush=True)
     every = int(config["checkpoint-every"])
-    last_words.set(continue_line(started, given, result_dir, every, superlink))
+    last_words.append(continue_line(started, given, result_dir, every, superlink))
     return Start(given, config, claim, result_dir)
 
 
@@ -167,14 +167,13 @@ def ended(outcome: Outcome, last_words: LastWords) -> int:
     """Print how the run ended (failed: on stderr, with the command that continues it); its code."""
     print(outcome.message, file=sys.stderr if outcome.code else sys.stdout)
     if outcome.code:
-        print(last_words(), file=sys.stderr)
+        print(last_words[-1](), file=sys.stderr)
     return outcome.code
 
 
 def run_command(args: LaunchOptions, started: StartedAs, last_words: LastWords) -> int:
     """One run with ``flwr run``, results under ``--out`` by default; the exit code."""
     from experiments.analysis.plot_runs import plot_runs
-    from server_app.run_folder.files import ResultWriteError
     from server_app.run_folder.run_status import run_outcome
 
     check = functools.partial(check_options, args)

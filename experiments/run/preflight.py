@@ -119,27 +119,28 @@ def check_model_fits(
 def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any], FolderClaim]:
     """Check a run and lock its folder for this command's life; the run config and the claim."""
     from server_app.checkpoint import claim_run_folder
-    from server_app.run_folder.folder_lock import claim_folder, holds_lock_files
+    from server_app.run_folder.folder_lock import LOCK_FILES, claim_folder
 
     fresh = not run_config.get("result-dir") and not run_config.get("resume-from")
     config = with_result_dir(run_config, out)
     folder = effective_result_dir(config)
     early = None
-    if not fresh and (folder.is_symlink() or holds_lock_files(folder)):
+    claimed = any(os.path.lexists(folder / name) for name in LOCK_FILES)  # the holder is named
+    if not fresh and (folder.is_symlink() or claimed):
         key = "resume-from" if config.get("resume-from") else "result-dir"
-        early = claim_folder(folder, f"run-config key '{key}'", create=False)  # a holder named
+        early = claim_folder(folder, f"run-config key '{key}'", create=False)
     try:
         parsed = check_before_start(config)
         if early is not None:
             return config, early
-        taken = claim_run_folder(parsed, writer=False, fresh_name=fresh)
+        claim, parsed, _ = claim_run_folder(parsed, writer=False, fresh_name=fresh)
     except BaseException:
         if early is not None:
             early.release()
         raise
     if fresh:
-        config["result-dir"] = taken.config.result_dir
-    return config, taken.claim
+        config["result-dir"] = parsed.result_dir
+    return config, claim
 
 
 def check_before_start(run_config: Mapping[str, Any]) -> RunConfig:
@@ -148,7 +149,7 @@ def check_before_start(run_config: Mapping[str, Any]) -> RunConfig:
     from fedcgd_task.training import compute_device
     from server_app.checkpoint import check_resume, load_checkpoint
     from server_app.config import parse_run_config
-    from server_app.run_folder.folder_lock import probe_free, refuse_links
+    from server_app.run_folder.folder_lock import refuse_links
     from server_app.run_folder.results import check_new_result_dir
     from server_app.setup import build_setup, build_uplink
 
@@ -158,9 +159,8 @@ def check_before_start(run_config: Mapping[str, Any]) -> RunConfig:
     key = "resume-from" if run_config.get("resume-from") else "result-dir"
     if run_config.get(key):  # a resume-from that cannot go on, a result-dir a run cannot use
         folder, where = Path(str(run_config[key])).expanduser(), f"run-config key '{key}'"
-        if os.path.lexists(folder):
+        if os.path.lexists(folder):  # its locks: probed by claim_run and by plan_points
             refuse_links(folder, where)
-            probe_free(folder, where)
         if key == "resume-from":
             check_resume(config)
         else:

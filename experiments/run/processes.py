@@ -49,9 +49,7 @@ def _scan(tokens: Collection[str]) -> tuple[set[int], dict[int, list[int]], set[
 
 
 def stop_marked(tokens: Collection[str], grace_s: float = GRACE_S) -> None:
-    """Stop the marked processes and all below them (re-read from ``/proc`` on every pass):
-    SIGTERM, SIGKILL after ``grace_s``; one stuck in the kernel is given up 10 s later.
-    """  # noqa: D205
+    """Stop the marked processes and all below them: SIGTERM, SIGKILL after ``grace_s``."""
     deadline, tree, warned = time.monotonic() + grace_s, set[int](), set[int]()
     while time.monotonic() < deadline + 10.0:
         marked, children, live = _scan(tokens)
@@ -83,9 +81,7 @@ def stop(procs: Iterable[subprocess.Popen[Any]], grace_s: float = GRACE_S) -> No
 
 
 def popen(command: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
-    """``subprocess.Popen(command, **kwargs)``, its tree marked and told to the watcher, which
-    kills the marked trees when its pipe from the starter ends (the starter ended, however).
-    """  # noqa: D205
+    """``subprocess.Popen``, its tree marked and told to the watcher (kills it when we end)."""
     global _WATCHER
     if _WATCHER is None or _WATCHER[0] != os.getpid():  # a forked child needs its own
         read_end, write_end = os.pipe()  # neither end is inherited by what starts later

@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from experiments.run.processes import usable_cores
-from server_app.run_folder.files import append_line, atomic_write
+from server_app.run_folder.files import append_line, atomic_write, watching
 from server_app.run_folder.folder_lock import claim_folder
 from server_app.run_folder.results import RUN_FILES, STATUS_FILE
 from server_app.run_folder.run_status import first_line
-from server_app.run_folder.signals import watching
 
 #: A run's output when it goes as a Ray task, in its result folder.
 RUN_LOG = "run.log"

@@ -44,10 +44,7 @@ def continue_line(
     checkpoint_every: int,
     superlink: str | None = None,
 ) -> Callable[[], str]:
-    """A stopped single run's last line, made when printed (:func:`single_run_line`).
-
-    ``overrides``: its ``--run-config``; on a ``superlink`` the folder is not readable here.
-    """
+    """A stopped single run's last line, made when printed (``overrides``: its --run-config)."""
     from experiments.run.run_config import format_run_config
 
     head = [*started.subcommand, *started.options]
@@ -103,15 +100,5 @@ def rerun_line(command: str | None) -> str:
     return line if command is None else f"{line}: {command}"
 
 
-class LastWords:
-    """The line a command ends with when it stops early (None until :meth:`set`)."""
-
-    _make: Callable[[], str] | None = None
-
-    def set(self, make: Callable[[], str]) -> None:
-        """From now on the last line is ``make()`` (read when it is printed)."""
-        self._make = make
-
-    def __call__(self) -> str | None:
-        """The last line, or None while nothing is known to continue."""
-        return None if self._make is None else self._make()
+#: What makes the line a command ends with when it stops early (the last one put in counts).
+LastWords = list[Callable[[], str]]

@@ -58,8 +58,7 @@ def _owners() -> list[str]:
 def take_lock(folder: Path, name: str, key: str, *, shared: bool) -> FileLock | None:
     """Lock ``folder / name``; None when ``shared`` and an owner above this process holds it.
 
-    Waits up to 2 s for a holder to write its line. Raises :class:`FolderInUseError`, or
-    ValueError when the lock file cannot be opened (a link, no permission).
+    Raises :class:`FolderInUseError`, or ValueError for a lock file that cannot be opened.
     """
     path = folder / name
     lock = FileLock(path, thread_local=False, preserve_lock_file=True, on_acquired=_sign)
@@ -114,11 +113,6 @@ def refuse_links(folder: Path, key: str) -> None:
         )
 
 
-def holds_lock_files(folder: Path) -> bool:
-    """True when ``folder`` holds a lock file (it was, or is, claimed)."""
-    return any(os.path.lexists(folder / name) for name in LOCK_FILES)
-
-
 def probe_free(folder: Path, key: str) -> None:
     """Refuse a folder whose owner or writer lock an unrelated process holds; creates nothing."""
     for name in LOCK_FILES:
@@ -164,12 +158,9 @@ class FolderClaim:
 def claim_folder(
     folder: Path, key: str, *, create: bool = True, writer: bool = False, fresh_name: bool = False
 ) -> FolderClaim:
-    """Create (if ``create``) and lock a run folder for this process.
-
-    ``writer``: keep the writer lock (else only check that no other writer holds it);
-    ``fresh_name``: a default name, suffixed ``-2``, ``-3``, ... when taken (``mkdir`` is
-    exclusive). Raises :class:`FolderInUseError`, ValueError or FileNotFoundError.
-    """
+    """Create (if ``create``) and lock a run folder; ``writer``: keep the writer lock (else only
+    check that no other writer holds it); ``fresh_name``: suffixed ``-2``, ``-3``, ... when taken.
+    """  # noqa: D205
     base = folder.parent if fresh_name else folder
     created = next((f for f in (*reversed(base.parents), base) if not os.path.lexists(f)), None)
     if created is not None and not create and not fresh_name:

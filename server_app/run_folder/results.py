@@ -20,11 +20,11 @@ from typing import Any
 from server_app.run_folder.files import (
     append_line,
     atomic_write,
+    held,
     parse_json,
     read_json_object,
     sync_files,
 )
-from server_app.run_folder.signals import held
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -185,7 +185,8 @@ class ResultWriter:
         elapsed = self.elapsed_s()
         self._round_s.append(max(elapsed - self._last_end_s - discovery_s, 0.0))
         self._last_end_s = elapsed
-        eta = eta_s(self._round_s, self.num_rounds - server_round)
+        timed = self._round_s[1:] or self._round_s  # the first left out: one-time costs
+        eta = sum(timed) / len(timed) * max(self.num_rounds - server_round, 0)
         acc = "  -   " if accuracy is None else f"{accuracy:6.2%}"
         return (
             f"round {server_round:>4}/{self.num_rounds} | acc {acc} | scheduled "
@@ -196,14 +197,6 @@ class ResultWriter:
 def sync_run_files(result_dir: str | Path) -> None:
     """Fsync ``metrics.jsonl``, ``status.json`` and the folder (at checkpoints and the end)."""
     sync_files(result_dir, (METRICS_FILE, STATUS_FILE))
-
-
-def eta_s(round_s: Sequence[float], rounds_left: int) -> float:
-    """Seconds left: mean round time (the first left out: one-time costs) times rounds left."""
-    if not round_s:
-        raise ValueError("eta_s: no finished round; the ETA needs one")
-    timed = round_s[1:] if len(round_s) > 1 else round_s
-    return sum(timed) / len(timed) * max(rounds_left, 0)
 
 
 def holds_run(result_dir: str | Path) -> bool:
@@ -236,10 +229,7 @@ def check_new_result_dir(result_dir: str | Path) -> None:
 def read_metrics_lines(
     result_dir: str | Path, through_round: int | None = None
 ) -> list[dict[str, Any]]:
-    """A run's metrics lines without a torn last one; ``through_round`` (to resume): 1 .. it.
-
-    Raises OSError (ValueError when resuming) when unreadable, ValueError for a bad line.
-    """
+    """A run's metrics lines without a torn last one; ``through_round`` (to resume): 1 .. it."""
     path = Path(result_dir) / METRICS_FILE
     resume = through_round is not None
     where = f"run-config key 'resume-from': {path}" if resume else str(path)

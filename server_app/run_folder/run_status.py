@@ -17,14 +17,13 @@ from typing import Any, TypedDict
 from fedcgd_config.imports import first_line
 from fedcgd_config.schema import flatten
 from fedcgd_strategy.errors import OneLineMessage
-from server_app.run_folder.files import atomic_write, read_json_object
+from server_app.run_folder.files import Interrupted, atomic_write, read_json_object
 from server_app.run_folder.results import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
     STATUS_FILE,
     read_metrics_lines,
 )
-from server_app.run_folder.signals import Interrupted
 
 RUNNING, COMPLETED, FAILED, STOPPED = "running", "completed", "failed", "stopped"
 STATES = (RUNNING, COMPLETED, FAILED, STOPPED)
@@ -169,11 +168,9 @@ def run_outcome(
     failure: BaseException | None = None,
     output: str = "",
 ) -> Outcome:
-    """The outcome of the run launched at ``launched_unix_s`` into ``result_dir``.
-
-    The ``failure`` it raised or its ``run failed: ...`` line in ``output`` win (a full disk may
-    refuse ``status.json``) over a ``status.json`` written since the launch.
-    """
+    """How the run launched at ``launched_unix_s`` ended: the ``failure`` it raised or its
+    ``run failed: ...`` line in ``output``, else its ``status.json`` if written since then.
+    """  # noqa: D205
     if failure is not None:
         return Outcome(1, f"failed: {failure_line(failure, result_dir)}")
     if (printed := failure_from_output(output)) is not None:
