@@ -166,7 +166,7 @@ def start_run(
 def ended(outcome: Outcome, last_words: LastWords) -> int:
     """Print how the run ended (failed: on stderr, with the command that continues it); its code."""
     print(outcome.message, file=sys.stderr if outcome.code else sys.stdout)
-    if outcome.code:
+    if outcome.code and last_words:
         print(last_words[-1](), file=sys.stderr)
     return outcome.code
 

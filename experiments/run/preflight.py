@@ -144,7 +144,9 @@ def claim_run(run_config: Mapping[str, Any], out: Path) -> tuple[dict[str, Any],
 
 
 def check_before_start(run_config: Mapping[str, Any]) -> RunConfig:
-    """Every check before the start (loads the data set; one-line errors); the parsed config."""
+    """Every check before the start (loads the data set; one-line errors); the parsed config.
+    Not the folder's locks: each caller claims or probes them first (:func:`claim_run`,
+    ``compare.plans.plan_points``)."""  # noqa: D205, D209
     from fedcgd_task.datasets import load_train_set
     from fedcgd_task.training import compute_device
     from server_app.checkpoint import check_resume, load_checkpoint
