@@ -1,0 +1,228 @@
+"""The τ preset run again with today's code (docs/evidence.md, "The τ preset with today's code"):
+its runs recomputed from their rounds, rounds to each target, its verdicts against the first
+table's, and (slow) one run's first 100 rounds made again."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import gzip
+import itertools
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scipy import stats
+from test_evidence_readings import (
+    DOCS,
+    FSCD,
+    LOCAL,
+    PRESETS,
+    _by_seed,
+    _holm,
+    _md_table,
+    _rows,
+    _section,
+    _table,
+)
+
+from experiments.analysis.figures import policy_name
+from experiments.analysis.statistics import km_median
+from experiments.compare import results
+
+RERUN = "mnist1d_local_steps_rerun"
+SECTION = "### The τ preset with today's code"
+TARGETS = (0.7, 0.75, 0.8, 0.85)
+SWEEPS, _, POLICIES = PRESETS[LOCAL]
+Key = tuple[str, str, str]  # sweep, policy, seed
+
+
+@functools.cache
+def _rounds() -> dict[Key, list[dict[str, str]]]:
+    """(sweep, policy, seed) -> its rounds, from ``docs/<rerun>_rounds.csv.gz``."""
+    by: dict[Key, list[dict[str, str]]] = {}
+    with gzip.open(DOCS / f"{RERUN}_rounds.csv.gz", "rt", newline="") as handle:
+        for row in csv.DictReader(handle):
+            by.setdefault((row["sweep"], row["policy"], row["seed"]), []).append(row)
+    return by
+
+
+def _first(rows: list[dict[str, str]], target: float) -> int | None:
+    """The first evaluated round at or above ``target`` (None: never)."""
+    reached = (int(r["round"]) for r in rows if r["accuracy"] and float(r["accuracy"]) >= target)
+    return next(reached, None)
+
+
+def test_each_run_is_its_rounds() -> None:
+    runs = _rows(f"{RERUN}_runs")
+    assert len(runs) == 70
+    assert {(r["sweep"], r["policy"], r["seed"]) for r in runs} == set(_rounds())
+    assert {r["code"] for r in runs} == {runs[0]["code"]} != {"unknown"}  # one code, recorded
+    for run in runs:
+        rows = _rounds()[(run["sweep"], run["policy"], run["seed"])]
+        assert [int(r["round"]) for r in rows] == list(range(1, 1201))
+        accuracy = [float(r["accuracy"]) for r in rows if r["accuracy"]]
+        assert len(accuracy) == 240  # every 5th round
+        assert float(run["final_accuracy"]) == accuracy[-1]
+        assert float(run["max_accuracy"]) == max(accuracy)
+        assert run["rounds_to_target"] == str(_first(rows, 0.8) or "")
+        scheduled = sum(int(r["num_scheduled"]) for r in rows) / len(rows)
+        assert float(run["mean_scheduled"]) == pytest.approx(scheduled, rel=1e-12)
+        wemd = [float(r["wemd"]) for r in rows if r["wemd"]]  # none: nothing scheduled
+        assert float(run["mean_wemd"]) == pytest.approx(sum(wemd) / len(wemd), rel=1e-12)
+
+
+def _reached(target: float) -> dict[Key, int | None]:
+    return {key: _first(rows, target) for key, rows in _rounds().items()}
+
+
+def test_rounds_to_each_target_are_the_committed_table() -> None:
+    """``docs/<rerun>_targets.csv``: counts, sign tests and Holm recomputed with scipy, and the
+    project's ``table_rows`` writes every cell."""
+    committed = {(r["sweep"], r["target"], r["policy"]): r for r in _rows(f"{RERUN}_targets")}
+    assert len(committed) == len(TARGETS) * len(SWEEPS) * len(POLICIES)
+    for target in TARGETS:
+        reached = _reached(target)
+        for sweep in SWEEPS:
+            raw: dict[str, float] = {}
+            for policy in POLICIES:
+                row = committed[(sweep, str(target), policy)]
+                mine = [reached[(sweep, policy, str(s))] for s in range(5)]
+                ours = [reached[(sweep, FSCD, str(s))] for s in range(5)]
+                assert int(row["reached_target"]) == sum(r is not None for r in mine)
+                median = km_median([(r, 1200) for r in mine])
+                assert float(row["rounds_to_target_km_median"] or math.inf) == median
+                if policy == FSCD:
+                    continue
+                key = (
+                    [math.inf if r is None else r for r in ours],
+                    [math.inf if r is None else r for r in mine],
+                )
+                earlier = sum(a < b for a, b in zip(*key, strict=True))
+                later = sum(a > b for a, b in zip(*key, strict=True))
+                counts = [row[f"rounds_{k}_vs_fedcgd_fscd"] for k in ("later", "earlier", "tied")]
+                assert counts == [str(earlier), str(later), str(5 - earlier - later)]
+                if earlier + later:
+                    raw[policy] = float(stats.binomtest(earlier, earlier + later).pvalue)
+                    assert float(row["rounds_sign_p_vs_fedcgd_fscd"]) == pytest.approx(raw[policy])
+            for policy, expected in _holm(raw).items():
+                holm = committed[(sweep, str(target), policy)]["rounds_sign_p_vs_fedcgd_fscd_holm"]
+                assert float(holm) == pytest.approx(expected)
+        for sweep in SWEEPS:  # what a fresh ``fedcgd reproduce … target_accuracy=<t>`` writes
+            runs = [_typed(r, reached) for r in _rows(f"{RERUN}_runs") if r["sweep"] == sweep]
+            for row in results.table_rows(runs, target):
+                written = committed[(sweep, str(target), row["policy"])]
+                for column, text in list(written.items())[3:]:
+                    value = results._cell(row[column])
+                    assert (text == "" and value == "") or float(text) == pytest.approx(value)
+
+
+def _typed(run: dict[str, str], reached: dict[Key, int | None]) -> dict[str, Any]:
+    floats = ("final_accuracy", "max_accuracy", "mean_scheduled", "mean_wemd")
+    return {
+        "policy": run["policy"], "seed": int(run["seed"]), **{k: float(run[k]) for k in floats},
+        "rounds_to_target": reached[(run["sweep"], run["policy"], run["seed"])],
+        "rounds_run": int(run["rounds_run"]), "devices_lost": int(run["devices_lost"]),
+    }  # fmt: skip
+
+
+def _verdict(row: dict[str, str], prefix: str) -> str:
+    """A difference's sign and whether Holm's p is below 0.05, as the section writes it."""
+    diff, holm = (
+        float(row[f"{prefix}diff_vs_fedcgd_fscd"]),
+        float(row[f"{prefix}p_value_vs_fedcgd_fscd_holm"]),
+    )
+    return f"{diff:+.3f}".replace("-", "−") + (" *" if holm < 0.05 else "")
+
+
+def test_the_sections_verdict_table_is_both_tables() -> None:
+    """Each cell of the section's table: the first table's and the rerun's difference to FSCD
+    (final; best), starred where Holm's p is below 0.05, and whether the verdict holds."""
+    first, again = _table(LOCAL), _table(RERUN)
+    cells = _md_table(SECTION, "| τ | policy | first table")
+    assert len(cells) == len(SWEEPS) * (len(POLICIES) - 1)
+    for cell, (sweep, policy) in zip(
+        cells, [(s, p) for s in SWEEPS for p in POLICIES if p != FSCD], strict=True
+    ):
+        a, b = first[(sweep, policy)], again[(sweep, policy)]
+        shown = [f"{_verdict(r, '')}; {_verdict(r, 'best_')}" for r in (a, b)]
+        holds = all(
+            (float(a[f"{p}diff_vs_fedcgd_fscd"]) > 0) == (float(b[f"{p}diff_vs_fedcgd_fscd"]) > 0)
+            and (float(a[f"{p}p_value_vs_fedcgd_fscd_holm"]) < 0.05)
+            == (float(b[f"{p}p_value_vs_fedcgd_fscd_holm"]) < 0.05)
+            for p in ("", "best_")
+        )
+        assert cell[:2] == [sweep.removeprefix("local-steps="), policy_name(policy)]
+        assert cell[2:] == [*shown, "yes" if holds else "no"]
+
+
+def test_the_sections_target_table_is_the_targets_csv() -> None:
+    """Per τ and policy, at each target: FSCD earlier / later / tied (Holm's sign p)."""
+    committed = {(r["sweep"], r["target"], r["policy"]): r for r in _rows(f"{RERUN}_targets")}
+    cells = _md_table(SECTION, "| τ | policy | rounds to 0.7")
+    assert len(cells) == len(SWEEPS) * (len(POLICIES) - 1)
+    for cell, (sweep, policy) in zip(
+        cells, [(s, p) for s in SWEEPS for p in POLICIES if p != FSCD], strict=True
+    ):
+        assert cell[:2] == [sweep.removeprefix("local-steps="), policy_name(policy)]
+        for text, target in zip(cell[2:], TARGETS, strict=True):
+            row = committed[(sweep, str(target), policy)]
+            counts = [row[f"rounds_{k}_vs_fedcgd_fscd"] for k in ("later", "earlier", "tied")]
+            holm = row["rounds_sign_p_vs_fedcgd_fscd_holm"]
+            assert text == " / ".join(counts) + (f" ({float(holm):.3g})" if holm else "")
+
+
+def test_the_sections_readings() -> None:
+    """Each number of the section's prose, from the tables and runs."""
+    first, again = _table(LOCAL), _table(RERUN)
+    runs = {(r["sweep"], r["policy"], r["seed"]): r for r in _rows(f"{RERUN}_runs")}
+    moved = {
+        c: max(abs(float(first[k][f"{c}_mean"]) - float(again[k][f"{c}_mean"])) for k in first)
+        for c in ("mean_scheduled", "mean_wemd")
+    }
+    holm = [float(r[f"{p}p_value_vs_fedcgd_fscd_holm"]) for t in (first, again)
+            for r in t.values() if r["policy"] != FSCD for p in ("", "best_")]  # fmt: skip
+    seed2 = runs[(SWEEPS[0], FSCD, "2")]
+    holds = [c[-1] for c in _md_table(SECTION, "| τ | policy | first table")]
+    gs = [(SWEEPS[1], str(t), "fedcgd-gs") for t in (0.7, 0.75)]
+    targets = {(r["sweep"], r["target"], r["policy"]): r for r in _rows(f"{RERUN}_targets")}
+    text = " ".join(_section(SECTION).split())
+    for said in (
+        f"scheduled number by at most {moved['mean_scheduled']:.3f} devices",  # 0.031
+        f"WEMD by at most {moved['mean_wemd']:.4f}",  # 0.0018 (0.00178)
+        f"final accuracy at τ = 1 is {float(again[(SWEEPS[0], FSCD)]['final_accuracy_mean']):.3f}"
+        f" (it was {float(first[(SWEEPS[0], FSCD)]['final_accuracy_mean']):.3f})",
+        f"seed 2 ends at {float(seed2['final_accuracy']):.3f} after a best of "
+        f"{float(seed2['max_accuracy']):.3f}",
+        f"{holds.count('yes')} of {len(holds)} verdicts against FSCD hold",
+        f"(the least is {min(holm):.3f})",
+        "ends at {:.5f} against {:.5f}".format(
+            float(runs[(SWEEPS[0], FSCD, "0")]["final_accuracy"]),
+            float(_by_seed(LOCAL, FSCD, SWEEPS[0])["0"]["final_accuracy"]),
+        ),
+        "GS reaches 0.7 and 0.75 before FSCD in {} and {} of 5 seeds".format(
+            *(targets[k]["rounds_earlier_vs_fedcgd_fscd"] for k in gs)
+        ),
+    ):
+        assert said in text, said
+    assert holds.count("no") == 5 and "The five that do not" in text and min(holm) >= 0.05
+    assert f"0.0625, {6 * 0.0625:.3f} after Holm over six" in text
+    baselines = [("bc", "bn2", "poc", "fedcbs")]
+    for policy, target in itertools.product(*baselines, TARGETS):  # τ = 1: FSCD first, 5 of 5
+        assert targets[(SWEEPS[0], str(target), policy)]["rounds_later_vs_fedcgd_fscd"] == "5"
+
+
+@pytest.mark.slow
+def test_the_first_100_rounds_of_a_committed_run_come_again(tmp_path: Path) -> None:
+    """τ = 1, FedCGD-FSCD, seed 0: the preset's run to round 100 gives the committed rounds."""
+    from experiments.cli import invoke
+
+    overrides = [
+        "experiment=mnist1d_local_steps", "policies=[fedcgd-fscd]", "seeds=[0]",
+        "sweep.local-steps=[1]", "run.num-server-rounds=100", f"out={tmp_path}",
+    ]  # fmt: skip
+    assert invoke(["reproduce", *overrides]) == 0
+    with gzip.open(tmp_path / "rounds.csv.gz", "rt", newline="") as handle:
+        again = [dict(r) for r in csv.DictReader(handle)]
+    assert again == _rounds()[("local-steps=1", FSCD, "0")][:100]
