@@ -8,6 +8,7 @@ Where it cannot batch, or the model mixes a batch's samples, it computes each de
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from misbehaving import misbehaving
 from run_results import lines
 from run_results import whole_run as run_to
 from test_aggregators import dp
+from test_misbehaving_devices import run as misbehaving_run
 
 from client_app import cohort, device_round
 from client_app.app import make_app
@@ -28,10 +30,7 @@ from client_app.cohort import Cohorts
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config
 from fedcgd_config import keys
-from fedcgd_config.settings import default_run_config
 from fedcgd_task.models import build_model
-from server_app.app import run_federation
-from server_app.config import parse_run_config
 from server_app.run_folder.results import MODEL_FILE
 
 MNIST1D = {"dataset": "mnist1d", "mnist1d-samples": 1200, "batch-size": 16}
@@ -179,20 +178,11 @@ def assert_same_runs(a_run: tuple[list, dict], b_run: tuple[list, dict]) -> None
 
 
 def test_a_poisoned_device_is_refused_alike(tmp_path: Path) -> None:
-    nodes = [9000 + 13 * i for i in range(6)]
-    results = {}
-    for cohorts in (False, True):
-        out = tmp_path / f"cohorts-{cohorts}"
-        run_config = default_run_config() | {"num-devices": 6, "num-server-rounds": 3}
-        run_config |= {"channel.availability-prob": 0.8, "local-steps": 2, "policy": "all"}
-        run_config |= {"model": MLP, "result-dir": str(out)}
-        grid = app_grid(
-            make_contexts(nodes, run_config, 6),
-            wrap=lambda app: misbehaving(app, "huge-layer", partition=1),
-            cohorts=cohorts,
-        )
-        run_federation(grid, parse_run_config(run_config))
-        results[cohorts] = (lines(out), torch.load(out / MODEL_FILE))
+    wrap = functools.partial(misbehaving, fault="huge-layer", partition=1)
+    results = {
+        c: misbehaving_run(tmp_path, f"cohorts-{c}", wrap, cohorts=c, policy="all", model=MLP)
+        for c in (False, True)
+    }
     (alone, model_alone), (together, model_together) = results[False], results[True]
     assert [x["failed"] for x in together] == [x["failed"] for x in alone]
     assert any(1 in [int(p) for p in x["failed"]] for x in alone)  # the poisoned device

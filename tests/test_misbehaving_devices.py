@@ -46,12 +46,15 @@ REPLY_FAULTS = [
 NEVER_REGISTERS = ["claim-partition", "raising"]
 
 
-def run(tmp_path: Path, name: str, wrap, **overrides) -> tuple[list[dict], dict]:
-    """A run whose nodes answer as ``wrap(the ClientApp)`` does (cohort execution on)."""
+def run(
+    tmp_path: Path, name: str, wrap, *, cohorts: bool = True, **overrides
+) -> tuple[list[dict], dict]:
+    """A run whose nodes answer as ``wrap(the ClientApp)`` does (cohort execution on unless
+    ``cohorts`` is False)."""
     run_config = {**default_run_config(), "num-devices": V, "num-server-rounds": ROUNDS}
     run_config |= {"channel.availability-prob": 0.8, "local-steps": 2, "eval-every": ROUNDS}
     run_config |= {**overrides, "result-dir": str(tmp_path / name)}
-    grid = app_grid(make_contexts(NODES, run_config, V), wrap=wrap)
+    grid = app_grid(make_contexts(NODES, run_config, V), wrap=wrap, cohorts=cohorts)
     run_federation(grid, parse_run_config(run_config))
     return lines(tmp_path / name), torch.load(tmp_path / name / MODEL_FILE)
 
