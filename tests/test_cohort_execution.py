@@ -299,12 +299,9 @@ def batched_passes(monkeypatch) -> list[int]:
 def test_a_model_that_mixes_the_batch_gets_the_per_device_sigma_and_says_so(
     tmp_path: Path, model: str, monkeypatch, caplog
 ) -> None:
-    # CENTRED subtracts the batch mean of a hidden layer: one batched pass over several devices
-    # would let each device's sigma-hat see the others' samples (1 % to 5 % off). The others
-    # mix only some batches: b = 4 and two devices' batch (the check's batch before) never
-    # mix, the cohort's 7 x 4 samples do (sigma-hat was 0.9 % and 2e-4 off, no log line); the
-    # last two mix only as the batched pass computes: under autograd, in float32 (the check
-    # ran without gradients on a float64 copy: sigma-hat 1.2-1.6 % off, no log line).
+    # CENTRED subtracts a hidden layer's batch mean: a batched pass would let each device's
+    # sigma-hat see the others' samples. The others mix only the cohort's 7 x 4 samples (not
+    # b = 4 or two devices' batch), or only under autograd, or only in float32.
     passes = batched_passes(monkeypatch)
     run_config = validated_run_config(
         {"model": model, "num-devices": 7, "batch-size": 4, "data-dir": str(tmp_path / "data")}
