@@ -60,6 +60,10 @@ def replies(
     return send(grid, device_round.state_record(weights), kind, nodes, config)
 
 
+def config_in(tmp_path: Path, values: dict) -> dict:
+    return validated_run_config({**values, "data-dir": str(tmp_path / "data")})
+
+
 def close(a: float, b: float) -> bool:
     return a == pytest.approx(b, rel=REL, abs=1e-300)
 
@@ -96,9 +100,7 @@ def send(
 def test_every_reply_field_matches_the_per_device_path(
     tmp_path: Path, data: dict, model: str, tau: int, kind: str, monkeypatch, caplog
 ) -> None:
-    run_config = validated_run_config(
-        {**data, "model": model, "num-devices": 7, "data-dir": str(tmp_path / "data")}
-    )
+    run_config = config_in(tmp_path, {**data, "model": model, "num-devices": 7})
     alone = replies(run_config, kind, cohorts=None, model=model, tau=tau)
     passes = batched_passes(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
@@ -193,9 +195,7 @@ def test_a_poisoned_device_is_refused_alike(tmp_path: Path) -> None:
 
 
 def test_chunks_and_threads_give_the_same_results(tmp_path: Path, monkeypatch) -> None:
-    run_config = validated_run_config(
-        {**MNIST1D, "model": CNN1D, "num-devices": 9, "data-dir": str(tmp_path / "data")}
-    )
+    run_config = config_in(tmp_path, {**MNIST1D, "model": CNN1D, "num-devices": 9})
     alone = replies(run_config, "train", cohorts=None, model=CNN1D, tau=2)
     monkeypatch.setattr(device_round, "TRAIN_CHUNK_MAX_DEVICES", 2)
     monkeypatch.setattr(cohort, "QUERY_CHUNK_SAMPLES", 32)  # two devices a pass: five passes
@@ -220,7 +220,7 @@ def test_chunks_and_threads_give_the_same_results(tmp_path: Path, monkeypatch) -
 def test_the_train_cohort_reuses_the_query_cohorts_statistics_and_an_engine_its_own_app(
     tmp_path: Path, monkeypatch
 ) -> None:
-    run_config = validated_run_config({"num-devices": 6, "data-dir": str(tmp_path / "data")})
+    run_config = config_in(tmp_path, {"num-devices": 6})
     nodes = [100 + v for v in range(6)]
     grid = app_grid(make_contexts(nodes, run_config, 6))
     computed: list[int] = []
@@ -243,9 +243,7 @@ def test_the_train_cohort_reuses_the_query_cohorts_statistics_and_an_engine_its_
     from client_app.app import app as flower_app
 
     passes = batched_passes(monkeypatch)
-    run_config = validated_run_config(
-        {"model": MLP, "num-devices": 6, "data-dir": str(tmp_path / "data")}
-    )
+    run_config = config_in(tmp_path, {"model": MLP, "num-devices": 6})
     contexts = make_contexts(nodes, run_config, 6)
     record = device_round.state_record(build_model(MLP, 10, (1, 8, 8), seed=1).state_dict())
     engine = Cohorts()
@@ -303,9 +301,7 @@ def test_a_model_that_mixes_the_batch_gets_the_per_device_sigma_and_says_so(
     # sigma-hat see the others' samples. The others mix only the cohort's 7 x 4 samples (not
     # b = 4 or two devices' batch), or only under autograd, or only in float32.
     passes = batched_passes(monkeypatch)
-    run_config = validated_run_config(
-        {"model": model, "num-devices": 7, "batch-size": 4, "data-dir": str(tmp_path / "data")}
-    )
+    run_config = config_in(tmp_path, {"model": model, "num-devices": 7, "batch-size": 4})
     engine = Cohorts()
     with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
         alone = replies(run_config, keys.QUERY_STATS, cohorts=None, model=model, tau=1)
