@@ -8,6 +8,7 @@ Where it cannot batch, or the model mixes a batch's samples, it computes each de
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from misbehaving import misbehaving
 from run_results import lines
 from run_results import whole_run as run_to
 from test_aggregators import dp
+from test_misbehaving_devices import run as misbehaving_run
 
 from client_app import cohort, device_round
 from client_app.app import make_app
@@ -28,10 +30,7 @@ from client_app.cohort import Cohorts
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config
 from fedcgd_config import keys
-from fedcgd_config.settings import default_run_config
 from fedcgd_task.models import build_model
-from server_app.app import run_federation
-from server_app.config import parse_run_config
 from server_app.run_folder.results import MODEL_FILE
 
 MNIST1D = {"dataset": "mnist1d", "mnist1d-samples": 1200, "batch-size": 16}
@@ -59,6 +58,10 @@ def replies(
          "batch-size": int(run_config.get("batch-size", 32)), keys.WANT_SIGMA: True}
     )  # fmt: skip
     return send(grid, device_round.state_record(weights), kind, nodes, config)
+
+
+def config_in(tmp_path: Path, values: dict) -> dict:
+    return validated_run_config({**values, "data-dir": str(tmp_path / "data")})
 
 
 def close(a: float, b: float) -> bool:
@@ -97,9 +100,7 @@ def send(
 def test_every_reply_field_matches_the_per_device_path(
     tmp_path: Path, data: dict, model: str, tau: int, kind: str, monkeypatch, caplog
 ) -> None:
-    run_config = validated_run_config(
-        {**data, "model": model, "num-devices": 7, "data-dir": str(tmp_path / "data")}
-    )
+    run_config = config_in(tmp_path, {**data, "model": model, "num-devices": 7})
     alone = replies(run_config, kind, cohorts=None, model=model, tau=tau)
     passes = batched_passes(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
@@ -179,20 +180,11 @@ def assert_same_runs(a_run: tuple[list, dict], b_run: tuple[list, dict]) -> None
 
 
 def test_a_poisoned_device_is_refused_alike(tmp_path: Path) -> None:
-    nodes = [9000 + 13 * i for i in range(6)]
-    results = {}
-    for cohorts in (False, True):
-        out = tmp_path / f"cohorts-{cohorts}"
-        run_config = default_run_config() | {"num-devices": 6, "num-server-rounds": 3}
-        run_config |= {"channel.availability-prob": 0.8, "local-steps": 2, "policy": "all"}
-        run_config |= {"model": MLP, "result-dir": str(out)}
-        grid = app_grid(
-            make_contexts(nodes, run_config, 6),
-            wrap=lambda app: misbehaving(app, "huge-layer", partition=1),
-            cohorts=cohorts,
-        )
-        run_federation(grid, parse_run_config(run_config))
-        results[cohorts] = (lines(out), torch.load(out / MODEL_FILE))
+    wrap = functools.partial(misbehaving, fault="huge-layer", partition=1)
+    results = {
+        c: misbehaving_run(tmp_path, f"cohorts-{c}", wrap, cohorts=c, policy="all", model=MLP)
+        for c in (False, True)
+    }
     (alone, model_alone), (together, model_together) = results[False], results[True]
     assert [x["failed"] for x in together] == [x["failed"] for x in alone]
     assert any(1 in [int(p) for p in x["failed"]] for x in alone)  # the poisoned device
@@ -203,9 +195,7 @@ def test_a_poisoned_device_is_refused_alike(tmp_path: Path) -> None:
 
 
 def test_chunks_and_threads_give_the_same_results(tmp_path: Path, monkeypatch) -> None:
-    run_config = validated_run_config(
-        {**MNIST1D, "model": CNN1D, "num-devices": 9, "data-dir": str(tmp_path / "data")}
-    )
+    run_config = config_in(tmp_path, {**MNIST1D, "model": CNN1D, "num-devices": 9})
     alone = replies(run_config, "train", cohorts=None, model=CNN1D, tau=2)
     monkeypatch.setattr(device_round, "TRAIN_CHUNK_MAX_DEVICES", 2)
     monkeypatch.setattr(cohort, "QUERY_CHUNK_SAMPLES", 32)  # two devices a pass: five passes
@@ -230,7 +220,7 @@ def test_chunks_and_threads_give_the_same_results(tmp_path: Path, monkeypatch) -
 def test_the_train_cohort_reuses_the_query_cohorts_statistics_and_an_engine_its_own_app(
     tmp_path: Path, monkeypatch
 ) -> None:
-    run_config = validated_run_config({"num-devices": 6, "data-dir": str(tmp_path / "data")})
+    run_config = config_in(tmp_path, {"num-devices": 6})
     nodes = [100 + v for v in range(6)]
     grid = app_grid(make_contexts(nodes, run_config, 6))
     computed: list[int] = []
@@ -253,9 +243,7 @@ def test_the_train_cohort_reuses_the_query_cohorts_statistics_and_an_engine_its_
     from client_app.app import app as flower_app
 
     passes = batched_passes(monkeypatch)
-    run_config = validated_run_config(
-        {"model": MLP, "num-devices": 6, "data-dir": str(tmp_path / "data")}
-    )
+    run_config = config_in(tmp_path, {"model": MLP, "num-devices": 6})
     contexts = make_contexts(nodes, run_config, 6)
     record = device_round.state_record(build_model(MLP, 10, (1, 8, 8), seed=1).state_dict())
     engine = Cohorts()
@@ -309,16 +297,11 @@ def batched_passes(monkeypatch) -> list[int]:
 def test_a_model_that_mixes_the_batch_gets_the_per_device_sigma_and_says_so(
     tmp_path: Path, model: str, monkeypatch, caplog
 ) -> None:
-    # CENTRED subtracts the batch mean of a hidden layer: one batched pass over several devices
-    # would let each device's sigma-hat see the others' samples (1 % to 5 % off). The others
-    # mix only some batches: b = 4 and two devices' batch (the check's batch before) never
-    # mix, the cohort's 7 x 4 samples do (sigma-hat was 0.9 % and 2e-4 off, no log line); the
-    # last two mix only as the batched pass computes: under autograd, in float32 (the check
-    # ran without gradients on a float64 copy: sigma-hat 1.2-1.6 % off, no log line).
+    # CENTRED subtracts a hidden layer's batch mean: a batched pass would let each device's
+    # sigma-hat see the others' samples. The others mix only the cohort's 7 x 4 samples (not
+    # b = 4 or two devices' batch), or only under autograd, or only in float32.
     passes = batched_passes(monkeypatch)
-    run_config = validated_run_config(
-        {"model": model, "num-devices": 7, "batch-size": 4, "data-dir": str(tmp_path / "data")}
-    )
+    run_config = config_in(tmp_path, {"model": model, "num-devices": 7, "batch-size": 4})
     engine = Cohorts()
     with caplog.at_level(logging.WARNING, logger="client_app.cohort"):
         alone = replies(run_config, keys.QUERY_STATS, cohorts=None, model=model, tau=1)

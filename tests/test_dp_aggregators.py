@@ -85,8 +85,6 @@ class PaperRule(DifferentialPrivacyServerSideAdaptiveClipping):
 def test_the_dp_aggregator_equals_flowers_wrapper_run_directly(
     tmp_path, wrapper, params, inner, inner_params
 ):
-    """Flower's wrapper (the adaptive one with Andrew et al.'s steps) driven as its start()
-    loop drives it, every reply weighted 1, num_sampled_clients = the V replies."""
     recorder = Recorder()
     flat = {f"aggregator-params.{k}": v for k, v in params.items()}
     flat["aggregator-params.strategy"] = inner
@@ -161,16 +159,10 @@ def test_the_noise_depends_on_the_seed_and_the_round_only_and_adaptive_noise_is_
 def test_zero_noise_is_the_clipped_mean_and_the_noise_is_std_z_c_over_the_rounds_uploads(
     wrapper, zero, params, devices, z_updates
 ):
-    """Noise multiplier ``zero``: the mean of the clipped updates, and a BatchNorm-like integer
-    counter passes: Flower scales a clipped update in place, which numpy refuses for integers;
-    they go to Flower as float64, back as the model's. No scratch value of the round is left in
-    the (checkpointed) attributes.
-
-    Then the oracle of the noise: the hand-computed clipped mean plus Flower's documented draws
-    from the generator seeded for (seed, round): the adaptive wrapper's noisy clipped count
-    first, then one ``np.random.normal(0, std, shape)`` per array in the model's order. The
-    adaptive noise uses C_0 = 1 (which clips two of the three updates), although C has moved
-    for the next round (lr = 1: C_1 = exp(-(b - 1/2)), b the noisy fraction not clipped)."""
+    """An integer counter passes (Flower scales a clipped update in place, which numpy refuses
+    for integers: it goes to Flower as float64). The noise: the adaptive wrapper's noisy
+    clipped count first, then one ``np.random.normal(0, std, shape)`` per array in order; it
+    uses C_0 = 1 although C has moved for the next round (lr = 1: C_1 = exp(-(b - 1/2)))."""
     aggregator = make_aggregator(wrapper, zero, num_devices=3)[0]
     attributes = set(vars(aggregator))
     reference, models, weights = hand_round()

@@ -84,12 +84,8 @@ def test_a_message_the_link_drops_stops_a_simulation_in_one_line(tmp_path, monke
         message = Message(content, dst_node_id=node, message_type=keys.QUERY_INFO, ttl=0.5)
         return PatientGrid(grid, stall_limit_s=60.0).send_and_receive([message])
 
-    def late(pid: int, message_type: str, server_round: int) -> float:
-        return 2.0  # past the message's time to live: Flower's link answers it with an error
-
-    err = run_simulated(
-        monkeypatch, run_config(tmp_path / "x"), late, server_main=ask_one_node_briefly
-    )
+    config = run_config(tmp_path / "x")  # each reply 2 s: past the time to live
+    err = run_simulated(monkeypatch, config, lambda *_: 2.0, server_main=ask_one_node_briefly)
     assert isinstance(err, SimulationStalledError), err
     assert str(err).startswith("simulation stalled: the link dropped the message to node ")
     assert "\n" not in str(err)

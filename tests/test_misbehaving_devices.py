@@ -46,26 +46,22 @@ REPLY_FAULTS = [
 NEVER_REGISTERS = ["claim-partition", "raising"]
 
 
-def run(tmp_path: Path, name: str, wrap, **overrides) -> tuple[list[dict], dict]:
-    """A run whose nodes answer as ``wrap(the ClientApp)`` does (cohort execution on)."""
+def run(
+    tmp_path: Path, name: str, wrap, *, cohorts: bool = True, **overrides
+) -> tuple[list[dict], dict]:
+    """A run whose nodes answer as ``wrap(the ClientApp)`` does (cohort execution on unless
+    ``cohorts`` is False)."""
     run_config = {**default_run_config(), "num-devices": V, "num-server-rounds": ROUNDS}
     run_config |= {"channel.availability-prob": 0.8, "local-steps": 2, "eval-every": ROUNDS}
     run_config |= {**overrides, "result-dir": str(tmp_path / name)}
-    grid = app_grid(make_contexts(NODES, run_config, V), wrap=wrap)
+    grid = app_grid(make_contexts(NODES, run_config, V), wrap=wrap, cohorts=cohorts)
     run_federation(grid, parse_run_config(run_config))
     return lines(tmp_path / name), torch.load(tmp_path / name / MODEL_FILE)
 
 
-def oracle(tmp_root: str, policy: str, fault: str) -> tuple[list[dict], dict]:
-    """The run in which the faulty device answers nothing where the fault would corrupt (faults
-    of the same message kinds share a run: ``silent_like`` reads only those)."""
-    return silent_run(
-        tmp_root, policy, next(f for f in FAULTS if FAULTS[f].kinds == FAULTS[fault].kinds)
-    )
-
-
 @functools.cache
-def silent_run(tmp_root: str, policy: str, fault: str) -> tuple[list[dict], dict]:
+def oracle(tmp_root: str, policy: str, fault: str) -> tuple[list[dict], dict]:
+    """The run in which the faulty device answers nothing where ``fault`` would corrupt."""
     return run(
         Path(tmp_root), f"oracle-{policy}-{fault}", lambda app: silent_like(app, fault, FAULTY),
         policy=policy,
@@ -85,7 +81,9 @@ def test_a_faulty_device_costs_only_itself(tmp_root, policy, fault):
         policy=policy,
     )  # fmt: skip
     assert [x["round"] for x in lines] == list(range(1, ROUNDS + 1))  # the run finished
-    oracle_lines, expected = oracle(tmp_root, policy, fault)
+    # faults of the same message kinds share an oracle: ``silent_like`` reads only those
+    same_kinds = next(f for f in FAULTS if FAULTS[f].kinds == FAULTS[fault].kinds)
+    oracle_lines, expected = oracle(tmp_root, policy, same_kinds)
     if fault in NEVER_REGISTERS:  # as if absent; the victim partition is served by its own node
         for line in lines:
             assert FAULTY not in line["scheduled"] and FAULTY not in line["uploaded"]

@@ -29,7 +29,7 @@ from torch import nn
 
 from fedcgd_config.settings import default_run_config
 from fedcgd_strategy.record import RoundRecord
-from server_app.checkpoint import CHECKPOINT_FILE, Checkpoint, load_checkpoint
+from server_app.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from server_app.config import parse_run_config
 from server_app.recorder import RoundRecorder
 from server_app.run_folder.results import ResultWriter
@@ -174,12 +174,7 @@ def test_a_resumed_run_skips_round_0_and_counts_on_from_the_checkpoint(tmp_path)
     setup = tiny_setup(
         tmp_path, **{"num-server-rounds": 5, "eval-every": 10, "checkpoint-every": 0}
     )
-    resume = Checkpoint(
-        round=3, model=IDENTITY, policy_state=setup.policy.state_dict(),
-        cell_rng_state=dict(setup.cell_rng.bit_generator.state),
-        policy_rng_state=dict(setup.policy_rng.bit_generator.state), elapsed_s=0.0,
-    )  # fmt: skip
-    setup = dataclasses.replace(setup, resume=resume)
+    setup = dataclasses.replace(setup, resume=setup.checkpoint(3, IDENTITY, 0.0))
     said: list[str] = []
     recorder = RoundRecorder(setup, ResultWriter(tmp_path / "run", 5), said.append)
     assert recorder(0, arrays("identity")) is None

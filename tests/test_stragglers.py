@@ -25,8 +25,6 @@ from server_app.run_folder.results import METRICS_FILE
 
 TESTS = Path(__file__).resolve().parent
 
-# --- the bookkeeping (pure) ---------------------------------------------------------------
-
 
 def test_unanswered_messages_make_their_nodes_busy_until_resolved():
     pending = PendingMessages()
@@ -40,9 +38,6 @@ def test_unanswered_messages_make_their_nodes_busy_until_resolved():
     assert pending.busy_nodes() == {1: 6, 3: 4}
     assert pending.forget_nodes([1]) == [Pending("d", 1, 6, "train")]
     assert pending.busy_nodes() == {3: 4} and len(pending) == 1
-
-
-# --- settle_pending on a scripted grid ----------------------------------------------------
 
 
 class ScriptedGrid:
@@ -99,9 +94,6 @@ def test_polling_ends_at_the_deadline_and_errors_and_departures_settle():
     grid = SimpleNamespace(get_node_ids=lambda: [2], pull_messages=lambda ids: [reply("b", "x")])
     settle_pending(grid, pending, wait_s=0.0, poll_s=0.0)  # node 1 left; b: an error reply
     assert len(pending) == 0
-
-
-# --- the strategy on an in-process grid with a straggler ------------------------------------
 
 
 class StragglerGrid(FakeGrid):
@@ -187,8 +179,6 @@ def test_without_message_ids_nothing_changes():
         assert strategy.last_record.uploaded == list(range(V))
     assert len(strategy.pending) == 0
 
-
-# --- flwr run (Ray) with a sleeping device ------------------------------------------------
 
 #: Rounds, the sleeping device, its sleep and the timeouts (a deployment's; not used here).
 ROUNDS, SLOW, SLEEP_S, QUERY_TIMEOUT_S = 3, 0, 20.0, 6.0
