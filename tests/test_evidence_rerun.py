@@ -10,22 +10,10 @@ import gzip
 import itertools
 import math
 from pathlib import Path
-from typing import Any
 
 import pytest
+import test_evidence_readings as readings
 from scipy import stats
-from test_evidence_readings import (
-    DOCS,
-    FSCD,
-    LOCAL,
-    PRESETS,
-    _by_seed,
-    _holm,
-    _md_table,
-    _rows,
-    _section,
-    _table,
-)
 
 from experiments.analysis.figures import policy_name
 from experiments.analysis.statistics import km_median
@@ -34,7 +22,8 @@ from experiments.compare import results
 RERUN = "mnist1d_local_steps_rerun"
 SECTION = "### The τ preset with today's code"
 TARGETS = (0.7, 0.75, 0.8, 0.85)
-SWEEPS, _, POLICIES = PRESETS[LOCAL]
+DOCS, FSCD, LOCAL = readings.DOCS, readings.FSCD, readings.LOCAL
+SWEEPS, _, POLICIES = readings.PRESETS[LOCAL]
 Key = tuple[str, str, str]  # sweep, policy, seed
 
 
@@ -48,6 +37,11 @@ def _rounds() -> dict[Key, list[dict[str, str]]]:
     return by
 
 
+def _targets() -> dict[tuple[str, str, str], dict[str, str]]:
+    """``docs/<rerun>_targets.csv`` by (sweep, target, policy)."""
+    return {(r["sweep"], r["target"], r["policy"]): r for r in readings._rows(f"{RERUN}_targets")}
+
+
 def _first(rows: list[dict[str, str]], target: float) -> int | None:
     """The first evaluated round at or above ``target`` (None: never)."""
     reached = (int(r["round"]) for r in rows if r["accuracy"] and float(r["accuracy"]) >= target)
@@ -55,7 +49,7 @@ def _first(rows: list[dict[str, str]], target: float) -> int | None:
 
 
 def test_each_run_is_its_rounds() -> None:
-    runs = _rows(f"{RERUN}_runs")
+    runs = readings._rows(f"{RERUN}_runs")
     assert len(runs) == 70
     assert {(r["sweep"], r["policy"], r["seed"]) for r in runs} == set(_rounds())
     assert {r["code"] for r in runs} == {runs[0]["code"]} != {"unknown"}  # one code, recorded
@@ -73,17 +67,13 @@ def test_each_run_is_its_rounds() -> None:
         assert float(run["mean_wemd"]) == pytest.approx(sum(wemd) / len(wemd), rel=1e-12)
 
 
-def _reached(target: float) -> dict[Key, int | None]:
-    return {key: _first(rows, target) for key, rows in _rounds().items()}
-
-
 def test_rounds_to_each_target_are_the_committed_table() -> None:
     """``docs/<rerun>_targets.csv``: counts, sign tests and Holm recomputed with scipy, and the
     project's ``table_rows`` writes every cell."""
-    committed = {(r["sweep"], r["target"], r["policy"]): r for r in _rows(f"{RERUN}_targets")}
+    committed = _targets()
     assert len(committed) == len(TARGETS) * len(SWEEPS) * len(POLICIES)
     for target in TARGETS:
-        reached = _reached(target)
+        reached = {key: _first(rows, target) for key, rows in _rounds().items()}
         for sweep in SWEEPS:
             raw: dict[str, float] = {}
             for policy in POLICIES:
@@ -106,25 +96,19 @@ def test_rounds_to_each_target_are_the_committed_table() -> None:
                 if earlier + later:
                     raw[policy] = float(stats.binomtest(earlier, earlier + later).pvalue)
                     assert float(row["rounds_sign_p_vs_fedcgd_fscd"]) == pytest.approx(raw[policy])
-            for policy, expected in _holm(raw).items():
+            for policy, expected in readings._holm(raw).items():
                 holm = committed[(sweep, str(target), policy)]["rounds_sign_p_vs_fedcgd_fscd_holm"]
                 assert float(holm) == pytest.approx(expected)
         for sweep in SWEEPS:  # what a fresh ``fedcgd reproduce … target_accuracy=<t>`` writes
-            runs = [_typed(r, reached) for r in _rows(f"{RERUN}_runs") if r["sweep"] == sweep]
+            runs = [
+                {**readings._typed(r), "rounds_to_target": reached[(sweep, r["policy"], r["seed"])]}
+                for r in readings._rows(f"{RERUN}_runs") if r["sweep"] == sweep
+            ]  # fmt: skip
             for row in results.table_rows(runs, target):
                 written = committed[(sweep, str(target), row["policy"])]
                 for column, text in list(written.items())[3:]:
                     value = results._cell(row[column])
                     assert (text == "" and value == "") or float(text) == pytest.approx(value)
-
-
-def _typed(run: dict[str, str], reached: dict[Key, int | None]) -> dict[str, Any]:
-    floats = ("final_accuracy", "max_accuracy", "mean_scheduled", "mean_wemd")
-    return {
-        "policy": run["policy"], "seed": int(run["seed"]), **{k: float(run[k]) for k in floats},
-        "rounds_to_target": reached[(run["sweep"], run["policy"], run["seed"])],
-        "rounds_run": int(run["rounds_run"]), "devices_lost": int(run["devices_lost"]),
-    }  # fmt: skip
 
 
 def _verdict(row: dict[str, str], prefix: str) -> str:
@@ -136,15 +120,15 @@ def _verdict(row: dict[str, str], prefix: str) -> str:
     return f"{diff:+.3f}".replace("-", "−") + (" *" if holm < 0.05 else "")
 
 
-def test_the_sections_verdict_table_is_both_tables() -> None:
-    """Each cell of the section's table: the first table's and the rerun's difference to FSCD
-    (final; best), starred where Holm's p is below 0.05, and whether the verdict holds."""
-    first, again = _table(LOCAL), _table(RERUN)
-    cells = _md_table(SECTION, "| τ | policy | first table")
-    assert len(cells) == len(SWEEPS) * (len(POLICIES) - 1)
-    for cell, (sweep, policy) in zip(
-        cells, [(s, p) for s in SWEEPS for p in POLICIES if p != FSCD], strict=True
-    ):
+def test_the_sections_tables_are_the_csvs() -> None:
+    """Per τ and policy (FSCD's rows left out): the first table's and the rerun's difference to
+    FSCD (final; best), starred where Holm's p is below 0.05, and whether the verdict holds;
+    at each target, FSCD earlier / later / tied (Holm's sign p)."""
+    first, again, targets = readings._table(LOCAL), readings._table(RERUN), _targets()
+    verdicts = readings._md_table(SECTION, "| τ | policy | first table")
+    rounds = readings._md_table(SECTION, "| τ | policy | rounds to 0.7")
+    keys = [(s, p) for s in SWEEPS for p in POLICIES if p != FSCD]
+    for cell, by_target, (sweep, policy) in zip(verdicts, rounds, keys, strict=True):
         a, b = first[(sweep, policy)], again[(sweep, policy)]
         shown = [f"{_verdict(r, '')}; {_verdict(r, 'best_')}" for r in (a, b)]
         holds = all(
@@ -153,21 +137,11 @@ def test_the_sections_verdict_table_is_both_tables() -> None:
             == (float(b[f"{p}p_value_vs_fedcgd_fscd_holm"]) < 0.05)
             for p in ("", "best_")
         )
-        assert cell[:2] == [sweep.removeprefix("local-steps="), policy_name(policy)]
+        tau = sweep.removeprefix("local-steps=")
+        assert cell[:2] == by_target[:2] == [tau, policy_name(policy)]
         assert cell[2:] == [*shown, "yes" if holds else "no"]
-
-
-def test_the_sections_target_table_is_the_targets_csv() -> None:
-    """Per τ and policy, at each target: FSCD earlier / later / tied (Holm's sign p)."""
-    committed = {(r["sweep"], r["target"], r["policy"]): r for r in _rows(f"{RERUN}_targets")}
-    cells = _md_table(SECTION, "| τ | policy | rounds to 0.7")
-    assert len(cells) == len(SWEEPS) * (len(POLICIES) - 1)
-    for cell, (sweep, policy) in zip(
-        cells, [(s, p) for s in SWEEPS for p in POLICIES if p != FSCD], strict=True
-    ):
-        assert cell[:2] == [sweep.removeprefix("local-steps="), policy_name(policy)]
-        for text, target in zip(cell[2:], TARGETS, strict=True):
-            row = committed[(sweep, str(target), policy)]
+        for text, target in zip(by_target[2:], TARGETS, strict=True):
+            row = targets[(sweep, str(target), policy)]
             counts = [row[f"rounds_{k}_vs_fedcgd_fscd"] for k in ("later", "earlier", "tied")]
             holm = row["rounds_sign_p_vs_fedcgd_fscd_holm"]
             assert text == " / ".join(counts) + (f" ({float(holm):.3g})" if holm else "")
@@ -175,8 +149,8 @@ def test_the_sections_target_table_is_the_targets_csv() -> None:
 
 def test_the_sections_readings() -> None:
     """Each number of the section's prose, from the tables and runs."""
-    first, again = _table(LOCAL), _table(RERUN)
-    runs = {(r["sweep"], r["policy"], r["seed"]): r for r in _rows(f"{RERUN}_runs")}
+    first, again = readings._table(LOCAL), readings._table(RERUN)
+    runs = {(r["sweep"], r["policy"], r["seed"]): r for r in readings._rows(f"{RERUN}_runs")}
     moved = {
         c: max(abs(float(first[k][f"{c}_mean"]) - float(again[k][f"{c}_mean"])) for k in first)
         for c in ("mean_scheduled", "mean_wemd")
@@ -184,10 +158,10 @@ def test_the_sections_readings() -> None:
     holm = [float(r[f"{p}p_value_vs_fedcgd_fscd_holm"]) for t in (first, again)
             for r in t.values() if r["policy"] != FSCD for p in ("", "best_")]  # fmt: skip
     seed2 = runs[(SWEEPS[0], FSCD, "2")]
-    holds = [c[-1] for c in _md_table(SECTION, "| τ | policy | first table")]
+    holds = [c[-1] for c in readings._md_table(SECTION, "| τ | policy | first table")]
     gs = [(SWEEPS[1], str(t), "fedcgd-gs") for t in (0.7, 0.75)]
-    targets = {(r["sweep"], r["target"], r["policy"]): r for r in _rows(f"{RERUN}_targets")}
-    text = " ".join(_section(SECTION).split())
+    targets = _targets()
+    text = " ".join(readings._section(SECTION).split())
     for said in (
         f"scheduled number by at most {moved['mean_scheduled']:.3f} devices",  # 0.031
         f"WEMD by at most {moved['mean_wemd']:.4f}",  # 0.0018 (0.00178)
@@ -199,7 +173,7 @@ def test_the_sections_readings() -> None:
         f"(the least is {min(holm):.3f})",
         "ends at {:.5f} against {:.5f}".format(
             float(runs[(SWEEPS[0], FSCD, "0")]["final_accuracy"]),
-            float(_by_seed(LOCAL, FSCD, SWEEPS[0])["0"]["final_accuracy"]),
+            float(readings._by_seed(LOCAL, FSCD, SWEEPS[0])["0"]["final_accuracy"]),
         ),
         "GS reaches 0.7 and 0.75 before FSCD in {} and {} of 5 seeds".format(
             *(targets[k]["rounds_earlier_vs_fedcgd_fscd"] for k in gs)
