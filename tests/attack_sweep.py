@@ -2,7 +2,8 @@
 
 A test-harness command: the first ``k`` partitions upload with :mod:`misbehaving`'s
 ``"sign-flip-x5"``; every policy × aggregator × attackers × seed runs in this process (completed
-runs are read back) into ``runs.csv``, ``table.csv`` (mean, 95 % half-width) and ``attack.png``.
+runs are read back) into ``runs.csv``, ``table.csv`` (mean, 95 % half-width, the Kaplan–Meier
+median of the rounds to the target) and ``attack.png``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from misbehaving import misbehaving
 
 from client_app.app import make_app
 from client_app.cohort import Cohorts
-from experiments.analysis.statistics import mean_ci95
+from experiments.analysis.statistics import km_median, mean_ci95
 from experiments.analysis.tables import write_csv
 from experiments.compare.results import summarise
 from experiments.run.inprocess import InProcessGrid, node_contexts
@@ -57,7 +58,7 @@ ATTACKERS = (0, 1, 3)
 FAULT = "sign-flip-x5"
 METRICS = ("final_accuracy", "max_accuracy", "rounds_to_target", "kept_rounds", "attacker_rounds")
 KEYS = ("policy", "aggregator", "attackers")
-RUN_COLUMNS = (*KEYS, "seed", *METRICS, "mean_scheduled", "result_dir")
+RUN_COLUMNS = (*KEYS, "seed", *METRICS, "mean_scheduled", "rounds_run", "code", "result_dir")
 
 
 def run_config(
@@ -107,6 +108,8 @@ def table(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for key, members in groups.items():
         row: dict[str, Any] = {**dict(zip(KEYS, key, strict=True)), "n_seeds": len(members)}
         row["reached_target"] = sum(m["rounds_to_target"] is not None for m in members)
+        reached = [(m["rounds_to_target"], m["rounds_run"]) for m in members]
+        row["rounds_to_target_km_median"] = km_median(reached)
         for metric in METRICS:
             row[f"{metric}_mean"], row[f"{metric}_ci95"] = mean_ci95(m[metric] for m in members)
         rows.append(row)
@@ -189,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     if runs:
+        for run in runs:  # relative: the table reads the same wherever the sweep ran
+            run["result_dir"] = str(Path(run["result_dir"]).relative_to(out))
         write_csv(out / "runs.csv", [{c: r.get(c) for c in RUN_COLUMNS} for r in runs])
         rows = table(runs)
         write_csv(out / "table.csv", rows)

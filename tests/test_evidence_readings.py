@@ -959,18 +959,142 @@ def test_the_alpha_10_falls_readings() -> None:
     assert same[:4] == [1] * 4 and "rounds 1,106–1,109 are the same in all three" in text
 
 
-def test_the_attack_costs_in_aggregation_md() -> None:
-    """What one and three sign-flip attackers cost FedAvg's final accuracy, from its CSV."""
-    rows = [r for r in _rows("attack_aggregators") if r["aggregator"] == "FedAvg"]
-    final = {(r["policy"], r["attackers"]): float(r["final_accuracy_mean"]) for r in rows}
+ATTACK_ROBUST = ("FedMedian", "FedTrimmedAvg", "Krum", "Bulyan")
+ATTACK_POLICIES = (FSCD, "bc", "all")
 
-    def cost(policy: str, attackers: str) -> str:
-        return f"{final[(policy, '0')] - final[(policy, attackers)]:.3f}"
 
+def _attack_family(pairs: list[tuple[str, str, str, str, str]]) -> dict[tuple, tuple]:
+    """(policy, aggregator, attackers, vs aggregator, vs attackers, endpoint) -> (mean
+    difference, raw paired p, Holm's p over both endpoints of every pair)."""
+    runs = _rows("attack_aggregators_runs")
+
+    def values(policy: str, aggregator: str, attackers: str, endpoint: str) -> list[float]:
+        mine = [r for r in runs if (r["policy"], r["aggregator"], r["attackers"]) == (
+            policy, aggregator, attackers)]  # fmt: skip
+        return [float(r[endpoint]) for r in sorted(mine, key=lambda r: int(r["seed"]))]
+
+    keys, found = [], []
+    for (policy, aggregator, k, other, k0), endpoint in itertools.product(pairs, (FINAL, BEST)):
+        a, b = values(policy, aggregator, k, endpoint), values(policy, other, k0, endpoint)
+        keys.append((policy, aggregator, k, other, k0, endpoint))
+        found.append((float(np.mean(np.subtract(a, b))), stats.ttest_rel(a, b).pvalue))
+    adjusted = holm([p for _, p in found])
+    return {key: (*f, h) for key, f, h in zip(keys, found, adjusted, strict=True)}
+
+
+def test_the_attack_sweep_in_aggregation_md_is_its_runs() -> None:
+    """The attack table is its runs' means, 95 % half-widths and Kaplan–Meier medians; the
+    bullets' numbers are paired t-tests with Holm over each bullet's family."""
+    runs, table = _rows("attack_aggregators_runs"), _rows("attack_aggregators")
+    assert len(runs) == 225 and {r["code"] for r in runs} == {"1e2de2cde922c934"}
+    body = _md_table("aggregation.md", "| policy | aggregator | final, 0 attackers")
+    for row in table:
+        mine = [
+            r for r in runs if all(r[k] == row[k] for k in ("policy", "aggregator", "attackers"))
+        ]
+        for metric in (FINAL, BEST):
+            x = [float(r[metric]) for r in mine]
+            half = stats.t.ppf(0.975, len(x) - 1) * stats.sem(x)
+            assert float(row[f"{metric}_mean"]) == pytest.approx(np.mean(x), abs=1e-12)
+            assert float(row[f"{metric}_ci95"]) == pytest.approx(half, abs=1e-12)
+        reached = [
+            (int(r["rounds_to_target"]) if r["rounds_to_target"] else None, 50) for r in mine
+        ]
+        assert float(row["rounds_to_target_km_median"]) == km_median(reached)
+        line = next(
+            c for c in body if c[0] == row["policy"] and c[1].split()[0] == row["aggregator"]
+        )
+        column = 2 + "013".index(row["attackers"])
+        for i, metric in ((column, FINAL), (column + 3, BEST)):
+            assert (
+                line[i]
+                == f"{float(row[metric + '_mean']):.3f} ± {float(row[metric + '_ci95']):.3f}"
+            )
+        if row["attackers"] == "0":
+            km = float(row["rounds_to_target_km_median"])
+            shown = "–" if math.isinf(km) else str(int(km))
+            assert line[8] == f"{shown} ({row['reached_target']}/5)"
     text = " ".join(_section("aggregation.md").split())
+    attack = _attack_family(
+        [(p, "FedAvg", k, "FedAvg", "0") for p in ATTACK_POLICIES for k in "13"]
+    )
+    three = [attack[(p, "FedAvg", "3", "FedAvg", "0", FINAL)] for p in ATTACK_POLICIES]
+    one = [attack[(p, "FedAvg", "1", "FedAvg", "0", FINAL)] for p in ("all", FSCD, "bc")]
+    numbers = [-d for d, _, _ in three] + [p for _, p, _ in three] + [h for *_, h in three]
+    numbers += [-d for d, _, _ in one] + [min(h for *_, h in one)]
     assert (
-        f"Three attackers cost the scheduler's FedAvg {cost('fedcgd-fscd', '3')} final accuracy "
-        f"under FedCGD-FSCD (paired p = 0.03), {cost('bc', '3')} under BC (p = 0.01) and "
-        f"{cost('all', '3')} under `all` (p < 0.01); one attacker costs `all` {cost('all', '1')} "
-        f"(p = 0.02), FedCGD-FSCD {cost('fedcgd-fscd', '1')} and BC {cost('bc', '1')}"
+        "Three attackers cost the scheduler's FedAvg {:.3f} final accuracy under FedCGD-FSCD, "
+        "{:.3f} under BC and {:.3f} under `all` (raw p {:.3f}, {:.3f} and {:.3f}; Holm over the "
+        "bullet's 12 tests {:.3f}, {:.3f} and {:.3f}); one attacker costs `all` {:.3f}, "
+        "FedCGD-FSCD {:.3f} and BC {:.3f} (Holm ≥ {:.3f})".format(*numbers)
     ) in text
+    moved = _attack_family([(p, a, "3", a, "0") for p in ATTACK_POLICIES for a in ATTACK_ROBUST])
+    largest = sorted(moved.items(), key=lambda item: -abs(item[1][0]))  # by the change
+    (first, (d1, _, h1)), (second, (d2, _, h2)) = largest[:2]
+    assert (first[0], first[5], second[0], second[5]) == (FSCD, BEST, "all", FINAL)
+    assert first[1] == second[1] == "FedMedian" and min(h for *_, h in moved.values()) == h1
+    assert (
+        f"FedMedian's under FedCGD-FSCD (best accuracy −{-d1:.3f}) and under `all` "
+        f"(final −{-d2:.3f}), with Holm {h1:.3f} and {h2:.3f} over the bullet's 24 tests"
+    ) in text
+    cost0 = _attack_family(
+        [(p, a, "0", "FedAvg", "0") for p in ATTACK_POLICIES for a in ATTACK_ROBUST]
+    )
+    harsh = [v for k, v in cost0.items() if k[5] == FINAL and k[1] != "FedTrimmedAvg"]
+    trim = [v for k, v in cost0.items() if k[5] == FINAL and k[1] == "FedTrimmedAvg"]
+    assert {round(h, 3) for k, (*_, h) in cost0.items() if k[1] == "FedTrimmedAvg"} == {0.058}
+    assert (
+        f"FedMedian, Krum and Bulyan lose {-max(harsh)[0]:.2f}–{-min(harsh)[0]:.2f} final accuracy "
+        f"against FedAvg (Holm ≤ {max(h for *_, h in harsh):.3f} over the bullet's 24 tests) and "
+        f"never reach 85 % in 50 rounds; FedTrimmedAvg loses {-max(trim)[0]:.2f}–"
+        f"{-min(trim)[0]:.2f} (raw p ≤ {max(p for _, p, _ in trim):.3f}, Holm 0.058: not shown)"
+    ) in text
+    cells = {(r["policy"], r["aggregator"], r["attackers"]): r for r in table}
+    medians = [
+        float(cells[(p, "FedAvg", "0")]["rounds_to_target_km_median"]) for p in ("all", "bc")
+    ]
+    assert float(cells[(FSCD, "FedTrimmedAvg", "0")]["rounds_to_target_km_median"]) == 43
+    assert f"against FedAvg's median of 23–{max(medians):.0f}" in text and min(medians) > 23
+    reached = {
+        a: {cells[(p, a, "0")]["reached_target"] for p in ATTACK_POLICIES} for a in ATTACK_ROBUST
+    }
+    assert reached == {
+        "FedMedian": {"0"},
+        "FedTrimmedAvg": {"2", "3"},
+        "Krum": {"0"},
+        "Bulyan": {"0"},
+    }
+    rounds = [float(cells[(p, "FedAvg", "3")]["attacker_rounds_mean"]) for p in (FSCD, "all")]
+    assert "({:.0f} of 50 for three attackers against {:.0f} for `all`)".format(*rounds) in text
+    defend = _attack_family(
+        [(p, a, k, "FedAvg", k) for k in "13" for p in ATTACK_POLICIES for a in ATTACK_ROBUST]
+    )
+    ahead = [
+        defend[(p, a, "3", "FedAvg", "3", FINAL)][:2]
+        for p, a in (
+            ("all", "FedTrimmedAvg"),
+            ("all", "Bulyan"),
+            (FSCD, "FedTrimmedAvg"),
+            ("bc", "FedTrimmedAvg"),
+        )
+    ]
+    assert (
+        "`all` end above FedAvg (+{:.3f}, raw p {:.3f}; +{:.3f}, raw p {:.3f}), and FedTrimmedAvg "
+        "under FedCGD-FSCD and BC too (+{:.3f} and +{:.3f}, raw p {:.2f} and {:.2f})".format(
+            *(x for pair in ahead[:2] for x in pair),
+            ahead[2][0],
+            ahead[3][0],
+            ahead[2][1],
+            ahead[3][1],
+        )
+    ) in text
+    assert all(h == 1.0 for k, (d, _, h) in defend.items() if k[2] == "3" and d > 0)
+    assert all(
+        d < 0 for k, (d, *_) in defend.items() if k[1] in ("FedMedian", "Krum") or k[2] == "1"
+    )
+    below = {
+        k[:2]
+        for k, (*_, h) in defend.items()
+        if k[2] == "1" and k[1] != "FedTrimmedAvg" and h < 0.05
+    }
+    assert f"are shown below it in {len(below)} of their 9 cells" in text
