@@ -963,10 +963,11 @@ ATTACK_ROBUST = ("FedMedian", "FedTrimmedAvg", "Krum", "Bulyan")
 ATTACK_POLICIES = (FSCD, "bc", "all")
 
 
-def _attack_family(pairs: list[tuple[str, str, str, str, str]]) -> dict[tuple, tuple]:
+def _family(name: str, pairs: list[tuple[str, str, str, str, str]]) -> dict[tuple, tuple]:
     """(policy, aggregator, attackers, vs aggregator, vs attackers, endpoint) -> (mean
-    difference, raw paired p, Holm's p over both endpoints of every pair)."""
-    runs = _rows("attack_aggregators_runs")
+    difference, raw paired p, Holm's p over both endpoints of every pair) from
+    ``docs/<name>_runs.csv``."""
+    runs = _rows(f"{name}_runs")
 
     def values(policy: str, aggregator: str, attackers: str, endpoint: str) -> list[float]:
         mine = [r for r in runs if (r["policy"], r["aggregator"], r["attackers"]) == (
@@ -982,41 +983,45 @@ def _attack_family(pairs: list[tuple[str, str, str, str, str]]) -> dict[tuple, t
     return {key: (*f, h) for key, f, h in zip(keys, found, adjusted, strict=True)}
 
 
-def test_the_attack_sweep_in_aggregation_md_is_its_runs() -> None:
-    """The attack table is its runs' means, 95 % half-widths and Kaplan–Meier medians; the
-    bullets' numbers are paired t-tests with Holm over each bullet's family."""
-    runs, table = _rows("attack_aggregators_runs"), _rows("attack_aggregators")
-    assert len(runs) == 225 and {r["code"] for r in runs} == {"1e2de2cde922c934"}
-    body = _md_table("aggregation.md", "| policy | aggregator | final, 0 attackers")
-    for row in table:
-        mine = [
-            r for r in runs if all(r[k] == row[k] for k in ("policy", "aggregator", "attackers"))
-        ]
+def _sweep_cells(name: str) -> dict[tuple[str, str, str], tuple[str, ...]]:
+    """``docs/<name>.csv`` recomputed from its runs (today's code; means, 95 % half-widths,
+    Kaplan–Meier medians) and each row's Markdown cells: final, best, rounds to 85 %."""
+    runs, cells = _rows(f"{name}_runs"), {}
+    assert {r["code"] for r in runs} == {"1e2de2cde922c934"}
+    for row in _rows(name):
+        key = (row["policy"], row["aggregator"], row["attackers"])
+        mine = [r for r in runs if (r["policy"], r["aggregator"], r["attackers"]) == key]
+        shown = []
         for metric in (FINAL, BEST):
             x = [float(r[metric]) for r in mine]
             half = stats.t.ppf(0.975, len(x) - 1) * stats.sem(x)
             assert float(row[f"{metric}_mean"]) == pytest.approx(np.mean(x), abs=1e-12)
             assert float(row[f"{metric}_ci95"]) == pytest.approx(half, abs=1e-12)
-        reached = [
-            (int(r["rounds_to_target"]) if r["rounds_to_target"] else None, 50) for r in mine
-        ]
-        assert float(row["rounds_to_target_km_median"]) == km_median(reached)
-        line = next(
-            c for c in body if c[0] == row["policy"] and c[1].split()[0] == row["aggregator"]
-        )
-        column = 2 + "013".index(row["attackers"])
-        for i, metric in ((column, FINAL), (column + 3, BEST)):
-            assert (
-                line[i]
-                == f"{float(row[metric + '_mean']):.3f} ± {float(row[metric + '_ci95']):.3f}"
-            )
-        if row["attackers"] == "0":
-            km = float(row["rounds_to_target_km_median"])
-            shown = "–" if math.isinf(km) else str(int(km))
-            assert line[8] == f"{shown} ({row['reached_target']}/5)"
+            shown.append(f"{np.mean(x):.3f} ± {half:.3f}")
+        reached = [int(r["rounds_to_target"]) for r in mine if r["rounds_to_target"]]
+        km = km_median([(r, 50) for r in reached] + [(None, 50)] * (len(mine) - len(reached)))
+        assert float(row["rounds_to_target_km_median"]) == km
+        assert int(row["reached_target"]) == len(reached)
+        shown.append(f"{'–' if math.isinf(km) else int(km)} ({len(reached)}/{len(mine)})")
+        cells[key] = tuple(shown)
+    return cells
+
+
+def test_the_attack_sweep_in_aggregation_md_is_its_runs() -> None:
+    """The attack table is its runs' means, 95 % half-widths and Kaplan–Meier medians; the
+    bullets' numbers are paired t-tests with Holm over each bullet's family."""
+    cells, table = _sweep_cells("attack_aggregators"), _rows("attack_aggregators")
+    assert len(_rows("attack_aggregators_runs")) == 225
+    lines = _md_table("aggregation.md", "| policy | aggregator | final, 0 attackers")
+    assert len(lines) == 15
+    for line in lines:
+        key = (line[0], line[1].split()[0])
+        finals, bests = zip(*(cells[(*key, k)][:2] for k in "013"), strict=True)
+        assert line[2:9] == [*finals, *bests, cells[(*key, "0")][2]]
     text = " ".join(_section("aggregation.md").split())
-    attack = _attack_family(
-        [(p, "FedAvg", k, "FedAvg", "0") for p in ATTACK_POLICIES for k in "13"]
+    attack = _family(
+        "attack_aggregators",
+        [(p, "FedAvg", k, "FedAvg", "0") for p in ATTACK_POLICIES for k in "13"],
     )
     three = [attack[(p, "FedAvg", "3", "FedAvg", "0", FINAL)] for p in ATTACK_POLICIES]
     one = [attack[(p, "FedAvg", "1", "FedAvg", "0", FINAL)] for p in ("all", FSCD, "bc")]
@@ -1028,7 +1033,9 @@ def test_the_attack_sweep_in_aggregation_md_is_its_runs() -> None:
         "bullet's 12 tests {:.3f}, {:.3f} and {:.3f}); one attacker costs `all` {:.3f}, "
         "FedCGD-FSCD {:.3f} and BC {:.3f} (Holm ≥ {:.3f})".format(*numbers)
     ) in text
-    moved = _attack_family([(p, a, "3", a, "0") for p in ATTACK_POLICIES for a in ATTACK_ROBUST])
+    moved = _family(
+        "attack_aggregators", [(p, a, "3", a, "0") for p in ATTACK_POLICIES for a in ATTACK_ROBUST]
+    )
     largest = sorted(moved.items(), key=lambda item: -abs(item[1][0]))  # by the change
     (first, (d1, _, h1)), (second, (d2, _, h2)) = largest[:2]
     assert (first[0], first[5], second[0], second[5]) == (FSCD, BEST, "all", FINAL)
@@ -1037,8 +1044,9 @@ def test_the_attack_sweep_in_aggregation_md_is_its_runs() -> None:
         f"FedMedian's under FedCGD-FSCD (best accuracy −{-d1:.3f}) and under `all` "
         f"(final −{-d2:.3f}), with Holm {h1:.3f} and {h2:.3f} over the bullet's 24 tests"
     ) in text
-    cost0 = _attack_family(
-        [(p, a, "0", "FedAvg", "0") for p in ATTACK_POLICIES for a in ATTACK_ROBUST]
+    cost0 = _family(
+        "attack_aggregators",
+        [(p, a, "0", "FedAvg", "0") for p in ATTACK_POLICIES for a in ATTACK_ROBUST],
     )
     harsh = [v for k, v in cost0.items() if k[5] == FINAL and k[1] != "FedTrimmedAvg"]
     trim = [v for k, v in cost0.items() if k[5] == FINAL and k[1] == "FedTrimmedAvg"]
@@ -1066,8 +1074,9 @@ def test_the_attack_sweep_in_aggregation_md_is_its_runs() -> None:
     }
     rounds = [float(cells[(p, "FedAvg", "3")]["attacker_rounds_mean"]) for p in (FSCD, "all")]
     assert "({:.0f} of 50 for three attackers against {:.0f} for `all`)".format(*rounds) in text
-    defend = _attack_family(
-        [(p, a, k, "FedAvg", k) for k in "13" for p in ATTACK_POLICIES for a in ATTACK_ROBUST]
+    defend = _family(
+        "attack_aggregators",
+        [(p, a, k, "FedAvg", k) for k in "13" for p in ATTACK_POLICIES for a in ATTACK_ROBUST],
     )
     ahead = [
         defend[(p, a, "3", "FedAvg", "3", FINAL)][:2]
@@ -1098,3 +1107,50 @@ def test_the_attack_sweep_in_aggregation_md_is_its_runs() -> None:
         if k[2] == "1" and k[1] != "FedTrimmedAvg" and h < 0.05
     }
     assert f"are shown below it in {len(below)} of their 9 cells" in text
+
+
+def test_the_dp_table_in_aggregation_md_is_its_runs() -> None:
+    """The DP table and its readings: its runs, paired t-tests with Holm over the table's 10
+    tests and over the 4 under attack."""
+    cells = _sweep_cells("dp_aggregators")
+    private = [a for (_, a, k) in cells if k == "0" and a != "FedAvg"]
+    table = _family("dp_aggregators", [(FSCD, a, "0", "FedAvg", "0") for a in private])
+
+    def p(value: float) -> str:
+        return "< 0.001" if value < 0.001 else f"{value:.3f}"
+
+    lines = _md_table("aggregation.md", "| aggregator | final accuracy | best | rounds to 85 %")
+    assert [line[1:4] for line in lines] == [
+        list(cells[(FSCD, a, "0")]) for a in ("FedAvg", *private)
+    ]
+    for line, a in zip(lines[1:], private, strict=True):
+        tests = [table[(FSCD, a, "0", "FedAvg", "0", e)] for e in (FINAL, BEST)]
+        assert line[4:] == [
+            f"{d:+.3f} ({p(raw)} / {p(h)})".replace("-", "−") for d, raw, h in tests
+        ]
+    attacked = _family(
+        "dp_aggregators", [(FSCD, a, "3", "FedAvg", "3") for a in ("DP-fixed-z0", "DP-fixed-z0.3")]
+    )
+    (d0, p0, h0), (d3, p3, _) = (
+        attacked[(FSCD, a, "3", "FedAvg", "3", FINAL)] for a in private[:2]
+    )
+    assert {round(h, 2) for *_, h in attacked.values()} == {round(h0, 2)}
+    shown = [cells[(FSCD, a, "3")][0] for a in (*private[:2], "FedAvg")]
+    assert (
+        "DP fixed at z = 0 ends at {} and at z = 0.3 at {} against FedAvg's {} (+{:.3f} and "
+        "+{:.3f}, raw p {:.2f} and {:.2f}, Holm {:.2f} over their 4 tests".format(
+            *shown, d0, d3, p0, p3, h0
+        )
+    ) in (text := " ".join(_section("aggregation.md").split()))
+    z1 = [table[(FSCD, a, "0", "FedAvg", "0", FINAL)] for a in ("DP-fixed-z1", "DP-adaptive-z1")]
+    z0 = [table[(FSCD, "DP-fixed-z0", "0", "FedAvg", "0", e)] for e in (BEST, FINAL)]
+    z03 = [
+        table[(FSCD, a, "0", "FedAvg", "0", FINAL)] for a in ("DP-fixed-z0.3", "DP-adaptive-z0.3")
+    ]
+    assert max(h for *_, h in z1) < 0.0165 and min(z03, key=lambda t: t[2])[2] > 0.265
+    assert (
+        f"z = 1 costs {-z1[0][0]:.2f}–{-z1[1][0]:.2f} final accuracy (Holm ≤ 0.016) and never "
+        f"reaches 85 %; clipping alone (z = 0) costs {-z0[0][0]:.3f} best accuracy (Holm "
+        f"{z0[0][2]:.3f}) and {-z0[1][0]:.3f} final (Holm {z0[1][2]:.3f}, not shown); at z = 0.3 "
+        f"no cost is shown (fixed −{-z03[0][0]:.3f}, adaptive −{-z03[1][0]:.3f} final; Holm ≥ 0.27)"
+    ) in text
