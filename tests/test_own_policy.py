@@ -12,6 +12,7 @@ import pytest
 import torch
 from command_batch import in_one_process
 from hydra import compose, initialize_config_dir
+from run_results import lines, same_model
 from test_decision_check import round_of
 
 from experiments.cli import invoke
@@ -109,21 +110,13 @@ def test_policy_params_travel_as_one_declared_key():
 
 def user_run(result_dir: Path | None, policy: str, **extra: object) -> dict:
     overrides = {"num-devices": 6, "num-server-rounds": 3, "channel.availability-prob": 0.8}
-    overrides |= {
-        "policy": policy,
-        **({} if result_dir is None else {"result-dir": str(result_dir)}),
-    }
-    return with_resolved_data_dir(validated_run_config({**overrides, **extra}))
+    if result_dir is not None:
+        overrides["result-dir"] = str(result_dir)
+    return with_resolved_data_dir(validated_run_config({**overrides, "policy": policy, **extra}))
 
 
 def scheduled(result_dir: Path) -> list[list[int]]:
-    lines = (result_dir / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line)["scheduled"] for line in lines]
-
-
-def model_bytes(result_dir: Path) -> list[bytes]:
-    state = torch.load(result_dir / "model.pt", map_location="cpu", weights_only=True)
-    return [state[k].numpy().tobytes() for k in sorted(state)]
+    return [line["scheduled"] for line in lines(result_dir)]
 
 
 def test_a_policy_in_a_folder_outside_the_project_runs_in_process(user_folder, tmp_path):
@@ -180,9 +173,9 @@ def refused(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, o
 @pytest.mark.parametrize(("settings", "message"), BAD_SETTINGS)
 def test_a_bad_policy_setting_fails_before_start_in_one_line(refused, settings, message):
     out, done, folder = refused[settings]
-    lines = done.stderr.strip().splitlines()
+    err = done.stderr.strip().splitlines()
     message = message.replace("{folder}", str(folder))
-    assert done.returncode == 2 and len(lines) == 1 and message in lines[0], done.stderr
+    assert done.returncode == 2 and len(err) == 1 and message in err[0], done.stderr
     assert not out.exists()
 
 
@@ -197,7 +190,7 @@ def test_the_proportional_fair_example_checkpoints_and_resumes(tmp_path):
     run_inprocess(user_run(None, PF, **{**extra, "num-server-rounds": 5, "resume-from": str(part)}))
     assert scheduled(part) == scheduled(whole) and len(scheduled(whole)) == 5
     assert len({len(r) for r in scheduled(whole)}) > 1 or any(scheduled(whole))
-    assert model_bytes(part) == model_bytes(whole)
+    assert same_model(part, whole)
 
 
 def test_compare_policies_takes_a_reference_and_gives_it_its_parameters(user_folder, tmp_path):
