@@ -125,7 +125,7 @@ def test_hand_written_values():
         read({"data-dir": "/" + "a" * 4096}, "data-dir")
 
 
-def test_fedcgd_settings_lists_every_key_with_the_pyproject_default_in_its_order(capsys):
+def test_fedcgd_settings_lists_every_key_in_its_order_explains_one_and_refuses_others(capsys):
     from experiments.cli import invoke
 
     assert invoke(["settings"]) == 0
@@ -138,11 +138,7 @@ def test_fedcgd_settings_lists_every_key_with_the_pyproject_default_in_its_order
     pyproject = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())
     assert listed == list(flatten(pyproject["tool"]["flwr"]["app"]["config"]).items())
     assert [key for key, _ in listed] == [setting.key for setting in SETTINGS]
-
-
-def test_fedcgd_settings_explains_a_key_and_refuses_an_unknown_one(capsys):
-    from experiments.cli import invoke
-
+    # one key explained; an unknown one refused, with the nearest key when there is one
     assert invoke(["settings", "channel.deadline-s"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("channel.deadline-s = 0.012\n  allowed: a finite number > 0\n")
@@ -188,7 +184,9 @@ def parse_both(run_config: dict[str, Any]) -> tuple[TaskSettings, TrainingSettin
     return TaskSettings.from_run_config(run_config), training
 
 
-def test_parses_valid_config_integral_floats_and_ints_for_floats() -> None:
+def test_parses_valid_config_integral_floats_and_ints_for_floats_and_empty_data_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     s, t = parse_both({**BASE, "num-devices": 20.0, "imbalance-ratio": 1})
     assert (s.seed, s.num_devices, s.dataset, s.model, s.device) == (3, 20, "digits", "mlp", "cpu")
     assert type(s.num_devices) is int and type(s.imbalance_ratio) is float
@@ -196,6 +194,9 @@ def test_parses_valid_config_integral_floats_and_ints_for_floats() -> None:
     assert (s.partition, s.dirichlet_alpha, s.shards_per_device) == ("dirichlet", 0.3, 2)
     assert t == TrainingSettings(local_steps=1, learning_rate=0.1, batch_size=32)
     hash(s)  # usable as a cache key
+    monkeypatch.chdir(tmp_path)  # an empty data-dir: ./data
+    s = TaskSettings.from_run_config({**BASE, "data-dir": ""})
+    assert Path(s.data_dir) == (tmp_path / "data").resolve()
 
 
 @pytest.mark.parametrize(
@@ -206,12 +207,6 @@ def test_parses_valid_config_integral_floats_and_ints_for_floats() -> None:
 def test_auto_model(dataset: str, model: str, resolved: str) -> None:
     settings = TaskSettings.from_run_config({**BASE, "dataset": dataset, "model": model})
     assert settings.model == resolved
-
-
-def test_empty_data_dir_is_cwd_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    s = TaskSettings.from_run_config({**BASE, "data-dir": ""})
-    assert Path(s.data_dir) == (tmp_path / "data").resolve()
 
 
 @pytest.mark.parametrize("key", [k for k in BASE if k != "policy"])
