@@ -29,9 +29,6 @@ def assert_disjoint(parts: list[np.ndarray]) -> np.ndarray:
     return joined
 
 
-# --- apply_imbalance ------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize(
     ("classes", "per_class", "ratio", "counts"),
     [
@@ -47,9 +44,6 @@ def test_imbalance_hand_counts(classes: int, per_class: int, ratio: float, count
     kept = apply_imbalance(labels, ratio, np.random.default_rng(1))
     np.testing.assert_array_equal(np.bincount(labels[kept], minlength=classes), counts)
     assert np.all(np.diff(kept) > 0)  # sorted, unique
-
-
-# --- shard_partition ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -81,9 +75,6 @@ def test_shards_one_per_device_one_class_each() -> None:
     assert sorted(int(c[0]) for c in classes) == list(range(8))
 
 
-# --- dirichlet_partition --------------------------------------------------------------------
-
-
 @pytest.mark.parametrize(("alpha", "num_devices"), [(0.1, 7), (1.0, 10), (100.0, 3)])
 def test_dirichlet_equal_sizes_no_duplicates(alpha: float, num_devices: int) -> None:
     labels = balanced_labels(10, 53)  # N = 530
@@ -93,7 +84,7 @@ def test_dirichlet_equal_sizes_no_duplicates(alpha: float, num_devices: int) -> 
     assert joined.min() >= 0 and joined.max() < 530
 
 
-def test_dirichlet_large_alpha_gives_near_global_mix() -> None:
+def test_dirichlet_large_alpha_gives_near_global_mix_and_small_alpha_concentrates_it() -> None:
     # alpha = 1e5: p_v is within ~0.001 of p; the multinomial noise of a device's 1000 draws has
     # std sqrt(0.1 * 0.9 / 1000) = 0.0095. The first half of the devices draw from full pools,
     # so their class shares must lie within 0.05 (> 5 std) of p = 0.1.
@@ -102,13 +93,9 @@ def test_dirichlet_large_alpha_gives_near_global_mix() -> None:
     for part in parts[:5]:
         share = np.bincount(labels[part], minlength=10) / part.size
         assert np.max(np.abs(share - 0.1)) < 0.05
-
-
-def test_dirichlet_small_alpha_concentrates_mix() -> None:
     # alpha = 0.01, p uniform over 10 classes: Dir(0.001, ...) is almost one-hot; device 0 draws
     # from full pools (n = 100 <= 1000 per class), so its largest class share is > 0.9 in nearly
     # every seed (P(max component < 0.9) is tiny for total concentration 0.01).
-    labels = balanced_labels(10, 1000)
     top = []
     for seed in range(40):
         part = dirichlet_partition(labels, 100, 0.01, np.random.default_rng(seed))[0]
@@ -144,8 +131,6 @@ def test_dirichlet_mean_mix_is_imbalanced_global_distribution() -> None:
     assert np.max(np.abs(mean - p)) < 0.08
 
 
-# --- partition_indices ----------------------------------------------------------------------
-
 SETTINGS = make_settings(seed=4, num_devices=10, partition="shards")
 
 
@@ -160,26 +145,22 @@ def test_partition_indices_deterministic_by_seed(partition: str) -> None:
     assert not all(np.array_equal(x, y) for x, y in zip(a, c, strict=True))
 
 
-def test_partition_indices_shards_with_imbalance() -> None:
+def test_partition_indices_apply_the_imbalance_then_shards_or_dirichlet() -> None:
     # 10 classes x 300, r = 3: first half keeps 100 each -> 500 + 1500 = 2000 samples,
     # V = 10, l = 4 -> 40 shards of 50, every kept sample used once; n2 / n1 = 3 exactly.
     labels = balanced_labels(10, 300)
     settings = dataclasses.replace(SETTINGS, imbalance_ratio=3.0, shards_per_device=4)
-    parts = partition_indices(settings, labels)
-    joined = assert_disjoint(parts)
+    joined = assert_disjoint(partition_indices(settings, labels))
     assert joined.size == 2000
     y = labels[joined]
     assert np.sum(y >= 5) / np.sum(y < 5) == 3.0
-
-
-def test_partition_indices_dirichlet_maps_back_to_original_rows() -> None:
+    # Dirichlet, r = 9 on 10 x 100: kept 5 * round(100 / 9) = 5 * 11 = 55 plus 500 -> 555
+    # samples, 55 per device; its rows map back to the original ones.
     labels = balanced_labels(10, 100)
     settings = dataclasses.replace(SETTINGS, partition="dirichlet", imbalance_ratio=9.0)
     parts = partition_indices(settings, labels)
-    # kept: 5 * round(100 / 9) = 5 * 11 = 55 plus 500 -> 555 samples, 55 per device.
     assert [p.size for p in parts] == [55] * 10
-    joined = assert_disjoint(parts)
-    y = labels[joined]
+    y = labels[assert_disjoint(parts)]
     assert np.sum(y < 5) <= 55  # only the kept first-half samples can appear
 
 
