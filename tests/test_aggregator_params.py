@@ -94,8 +94,6 @@ class Skipper(Policy):
 """
 
 
-# --- a run whose aggregation keeps failing ---------------------------------------------------
-
 #: A FedAvg that raises every round: what a diverging or broken strategy does.
 DIVERGES = """\
 from flwr.serverapp.strategy import FedAvg
@@ -165,9 +163,6 @@ def test_the_share_of_failed_aggregations_that_fails_a_run(lines, failed):
         assert reason.startswith(f"aggregation failed in {failed[0]} of the {failed[1]} rounds")
         first = next(x for x in lines if x["num_uploaded"] and x["model_kept"])
         assert f"round {first['round']}: {first['model_kept_reason']}" in reason
-
-
-# --- config.json: the resolved parameters ----------------------------------------------------
 
 
 def recorded_config(tmp_path: Path, aggregator: str, params: dict[str, Any]) -> dict[str, Any]:

@@ -39,9 +39,6 @@ def test_the_rayleigh_gain_is_the_cells_gain_times_exp1_draws_of_the_same_genera
         )
 
 
-# --- runs of the app -----------------------------------------------------------------------
-
-
 def run_settings(result_dir: Path, **changes: Any) -> dict[str, Any]:
     from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 
@@ -102,8 +99,6 @@ def test_compare_runs_the_rayleigh_channel_beside_the_built_in(tmp_path, capsys)
     run_inprocess(run_settings(alone, **small))
     assert comparable(runs["RayleighChannel"]) == comparable(alone)
 
-
-# --- refusals before the start ---------------------------------------------------------------
 
 MINE = """
 class NoDraw:

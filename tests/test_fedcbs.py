@@ -19,9 +19,6 @@ from fedcgd_strategy.selectors import (
 INF = np.inf
 
 
-# --- QCID ----------------------------------------------------------------------------------------
-
-
 def qcid(p, n) -> float:
     """Oracle: QCID(B) = Σ_c (Σ_k n_k p_{k,c} / Σ_k n_k − 1/C)² by its definition (Fed-CBS)."""
     p, n = np.asarray(p, dtype=float), np.asarray(n, dtype=float)
@@ -64,9 +61,6 @@ def test_qcid_with_each_candidate_matches_qcid_of_the_union():
         assert alone[k] == pytest.approx(qcid(cand_p[k : k + 1], cand_n[k : k + 1]))
 
 
-# --- sampling probabilities -----------------------------------------------------------------------
-
-
 def test_first_pick_probabilities_hand_values():
     q = [0.5, 0.125, 0.5]
     # t = 1: ln 1 = 0, no exploration: weights 1/q = [2, 8, 2] -> [1/6, 2/3, 1/6]
@@ -98,9 +92,6 @@ def test_sequential_pick_probabilities_hand_values_floor_and_large_beta():
     assert np.all(np.isfinite(p))
     assert p.sum() == pytest.approx(1.0)
     assert p[0] == pytest.approx(1.0 / (1.0 + 2.0**-40))
-
-
-# --- fedcbs_select --------------------------------------------------------------------------------
 
 
 def _three_device_case():
