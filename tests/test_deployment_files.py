@@ -21,10 +21,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-SERVICES = COMPOSE["services"]
-TEST_COMPOSE = yaml.safe_load((ROOT / "docker-compose.test.yml").read_text())
-TEST_SERVICES = TEST_COMPOSE["services"]
+SERVICES = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+TEST_SERVICES = yaml.safe_load((ROOT / "docker-compose.test.yml").read_text())["services"]
 SUPERNODES = sorted(n for n in SERVICES if n.startswith("supernode"))
 
 
