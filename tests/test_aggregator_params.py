@@ -8,14 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flwr.app import Context, RecordDict
 from flwr.serverapp import strategy as flower_strategies
 from test_aggregators import ADAPTIVE, FIXED, V, refused
 
 from experiments.cli import invoke
 from experiments.run.run_config import format_run_config
 from fedcgd_config.settings import default_run_config
+from server_app.app import aggregation_failure_reason, main
 from server_app.config import fold_policy_params, parse_run_config
 from server_app.run_folder.run_status import read_status
+from server_app.setup import build_setup
 
 NAN, INF = float("nan"), float("inf")
 
@@ -66,10 +69,6 @@ def test_a_bad_parameter_is_refused_in_one_line_naming_it(
 
 
 def test_a_bare_flwr_runs_server_app_refuses_a_bad_parameter_before_anything_starts(tmp_path):
-    from flwr.app import Context, RecordDict
-
-    from server_app.app import main
-
     config = settings(tmp_path / "run", "FedTrimmedAvg", {"beta": 0.5})
     context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config)
     with pytest.raises(ValueError, match=r"beta.*must be in the range \[0, 0\.5\)"):
@@ -153,8 +152,6 @@ def line(rnd: int, uploaded: int, kept: bool, reason: str | None = None) -> dict
     ],
 )  # fmt: skip
 def test_the_share_of_failed_aggregations_that_fails_a_run(lines, failed):
-    from server_app.app import aggregation_failure_reason
-
     reason = aggregation_failure_reason(lines)
     if failed is None:
         assert reason is None
@@ -166,8 +163,6 @@ def test_the_share_of_failed_aggregations_that_fails_a_run(lines, failed):
 
 
 def recorded_config(tmp_path: Path, aggregator: str, params: dict[str, Any]) -> dict[str, Any]:
-    from server_app.setup import build_setup
-
     recorded: dict[str, Any] = {}
     config = parse_run_config(settings(tmp_path, aggregator, params))
     build_setup(config, on_settings=recorded.update)
@@ -210,8 +205,6 @@ def test_config_json_holds_the_resolved_parameters(tmp_path):
 def test_config_json_says_where_each_policy_argument_came_from(tmp_path, caplog):
     """And a run-level setting that replaces the policy's own default is said, once (a
     built-in policy's own defaults are not the user's: never)."""
-    from server_app.setup import build_setup
-
     module = tmp_path / "skipper.py"
     module.write_text(SKIPPER)
     run_config = {

@@ -19,6 +19,10 @@ from task_settings import refused_before_start
 
 from channel import Cell, CellConfig
 from examples.rayleigh_channel import RayleighChannel
+from experiments.cli import invoke
+from experiments.run.inprocess import run_inprocess
+from experiments.run.run_config import format_run_config
+from server_app.config import run_folder_name
 
 RAYLEIGH = "examples.rayleigh_channel:RayleighChannel"
 MODEL_BITS = 1.0e5
@@ -48,8 +52,6 @@ def run_settings(result_dir: Path, **changes: Any) -> dict[str, Any]:
 
 
 def test_a_rayleigh_run_is_reproducible_from_its_seed_and_resumes_bit_for_bit(tmp_path):
-    from experiments.run.inprocess import run_inprocess
-
     rayleigh = {"channel.model": RAYLEIGH, "checkpoint-every": 1}
     first, paper = tmp_path / "first", tmp_path / "paper"
     run_inprocess(run_settings(first, **rayleigh))
@@ -69,8 +71,6 @@ def test_a_rayleigh_run_is_reproducible_from_its_seed_and_resumes_bit_for_bit(tm
 
 
 def test_the_default_folder_name_says_which_channel_ran():
-    from server_app.config import run_folder_name
-
     assert run_folder_name({"policy": "bc"}) == "bc"
     assert run_folder_name({"policy": "bc", "channel.model": "tr38901"}) == "bc_channel=tr38901"
     assert run_folder_name({"policy": "bc", "channel.model": RAYLEIGH}) == (
@@ -79,9 +79,6 @@ def test_the_default_folder_name_says_which_channel_ran():
 
 
 def test_compare_runs_the_rayleigh_channel_beside_the_built_in(tmp_path, capsys):
-    from experiments.cli import invoke
-    from experiments.run.inprocess import run_inprocess
-
     out = tmp_path / "compare"
     shared = "num-devices=4 num-server-rounds=2 seed=0"
     code = invoke(
@@ -163,9 +160,6 @@ def test_a_bad_channel_is_refused_in_one_line_before_the_start(tmp_path, capsys,
 
 
 def test_a_channel_drawing_another_number_of_devices_fails_the_run_in_one_line(tmp_path, capsys):
-    from experiments.cli import invoke
-    from experiments.run.run_config import format_run_config
-
     mine = tmp_path / "mine.py"
     mine.write_text(textwrap.dedent(MINE).lstrip("\n"))
     run_config = {"num-devices": 6, "num-server-rounds": 2, "channel.model": f"{mine}:OneTooMany"}

@@ -22,6 +22,7 @@ from task_settings import refused_before_start
 from torch import nn
 
 from experiments.cli import invoke
+from experiments.run.flwr_run import run_flwr
 from experiments.run.run_config import format_run_config
 from fedcgd_task.models import build_model
 
@@ -323,8 +324,6 @@ def test_a_deployment_imports_modules_shipped_in_the_app_folder(tmp_path):
     fair example); ``server_app`` and ``client_app`` come from the installed project, the
     modules only from the bundle that ``flwr run`` ships to the SuperLink and the SuperNodes.
     """
-    from experiments.run.flwr_run import run_flwr
-
     app = tmp_path / "app"
     app.mkdir()
     (app / "pyproject.toml").write_text((PROJECT / "pyproject.toml").read_text())

@@ -22,7 +22,7 @@ from experiments.cli import invoke
 from experiments.compare import execution
 from experiments.compare.reproduce import CONF_DIR, reproduce
 from experiments.run.flwr_run import _free_port
-from experiments.run.ray_runs import TOKEN_FILE
+from experiments.run.ray_runs import TOKEN_FILE, RaySettings, moved, ray_settings
 from fedcgd_config.schema import PROJECT_DIR
 
 TINY = ["policies=[bc]", "seeds=[0]", "sweep.local-steps=[1]", "++run.num-server-rounds=1",
@@ -74,8 +74,6 @@ def test_compare_names_its_own_options(tmp_path, capsys, monkeypatch):
 
 
 def test_without_an_address_or_a_gpu_runs_stay_local(monkeypatch):
-    from experiments.run.ray_runs import RaySettings, ray_settings
-
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert ray_settings(None, 1, 0, engine="inprocess", jobs=1) is None
     assert ray_settings(None, 2, 0.25, engine="simulation", jobs=1) == RaySettings(None, 2, 0.25)
@@ -85,8 +83,6 @@ def test_without_an_address_or_a_gpu_runs_stay_local(monkeypatch):
 
 
 def test_a_moved_run_names_its_real_folder_in_its_json_and_log_only():
-    from experiments.run.ray_runs import moved
-
     old, new = "/tmp/fedcgd-run-x", '/home/me/ré"s'
     assert moved("config.json", b'{"result_dir": "/tmp/fedcgd-run-x"}', old, new) == (
         b'{"result_dir": "/home/me/r\\u00e9\\"s"}'

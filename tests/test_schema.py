@@ -19,11 +19,15 @@ from typing import Any
 
 import pytest
 
+from experiments.analysis.plot_runs import UNLABELLED
+from experiments.cli import invoke
 from experiments.cli.tools import settings_table
 from fedcgd_config import keys
 from fedcgd_config.schema import PROJECT_DIR, SCHEMA, SETTINGS, flatten, read
 from fedcgd_config.setting import Setting, check_value
 from fedcgd_config.settings import TaskSettings, TrainingSettings, read_part, read_round_config
+from fedcgd_strategy.policies import PROTOCOL_CHOICES
+from server_app.config import UNNAMED_KEYS, parse_run_config
 
 REGENERATE = "regenerate it: .venv/bin/fedcgd settings --markdown, between the markers"
 
@@ -56,8 +60,6 @@ def test_the_docs_table_is_the_schema_table():
 
 
 def test_the_protocols_are_those_the_code_takes():
-    from fedcgd_strategy.policies import PROTOCOL_CHOICES
-
     assert SCHEMA["protocol"].choices == PROTOCOL_CHOICES
 
 
@@ -76,7 +78,6 @@ KEY = operator.attrgetter("key")
 @pytest.mark.parametrize("setting", NUMBERS, ids=KEY)
 def test_each_bound_is_enforced_at_its_edge(setting: Setting):
     from fedcgd_config.settings import default_run_config
-    from server_app.config import parse_run_config
 
     step = 1 if type(setting.default) is int else 1e-9 * max(1.0, abs(setting.minimum or 1.0))
     if setting.minimum is not None:
@@ -126,8 +127,6 @@ def test_hand_written_values():
 
 
 def test_fedcgd_settings_lists_every_key_in_its_order_explains_one_and_refuses_others(capsys):
-    from experiments.cli import invoke
-
     assert invoke(["settings"]) == 0
     lines = capsys.readouterr().out.splitlines()
     # each line is "key = default  (allowed)": the part before the two spaces is TOML
@@ -156,9 +155,7 @@ def test_fedcgd_settings_lists_every_key_in_its_order_explains_one_and_refuses_o
 def test_one_attribute_says_what_describes_a_run():
     """Checkpoint identity, folder names, figure labels and indicator pairing leave out the same
     settings: those whose ``computes`` is false (where or how a run runs or reports)."""
-    from experiments.analysis.plot_runs import UNLABELLED
     from fedcgd_config.settings import RECORDED, unread_settings
-    from server_app.config import UNNAMED_KEYS
 
     unread = unread_settings({"task": {"dataset": "mnist1d"}})
     for setting in SETTINGS:
