@@ -48,7 +48,7 @@ def test_rate_by_hand() -> None:
     assert float(channel.rate_bps(math.inf, 1.0, 3e-14, 1e-20)) == pytest.approx(
         4328085.122666891, rel=1e-12
     )
-    # 30 dBm = 1 W, 20 dB = 100 (23 dBm and -174 dBm/Hz + 6 dB: test_default_config_is_table_i)
+    # 30 dBm = 1 W, 20 dB = 100 (23 dBm and -174 dBm/Hz + 6 dB: test_channel_cell's Table I test)
     assert float(channel.dbm_to_w(30.0)) == pytest.approx(1.0, rel=1e-12)
     assert float(channel.db_to_linear(20.0)) == pytest.approx(100.0)
 
@@ -66,7 +66,7 @@ def test_min_bandwidth_matches_slow_reference() -> None:
             assert value == pytest.approx(expected, rel=1e-10)
 
 
-def test_gamma_near_one_and_tiny() -> None:
+def test_min_bandwidth_for_gamma_near_one_and_tiny_and_monotone_in_gain_and_model_size() -> None:
     # Γ = (D/d) / (S H / (N0 ln 2)); S = N0 = 1, D/d = 1: Γ = ln2 / H, so H = ln2 / Γ.
     gammas = np.array([1e-300, 1e-100, 1e-20, 1e-3, 0.5, 1 - 1e-4, 1 - 1e-8, 1 - 1e-12, 1 - 1e-15])
     gains = LN2 / gammas
@@ -78,6 +78,13 @@ def test_gamma_near_one_and_tiny() -> None:
     # Small x = S H / (B N0): ln(1 + x) = Γ x gives x ≈ 2 (1 - Γ), so B* ≈ H / (2 (1 - Γ)).
     near_one = gammas[-3]  # 1 - 1e-8
     assert bandwidth[-3] == pytest.approx(LN2 / near_one / (2e-8), rel=1e-6)
+    gains = np.geomspace(1e-13, 1e-6, 400)
+    bandwidth = channel.min_bandwidth_hz(1e6, 1.0, 0.2, gains, 1.6e-20)
+    assert np.all(np.isfinite(bandwidth))
+    assert np.all(np.diff(bandwidth) < 0.0)
+    sizes = np.geomspace(1e3, 1e7, 50)
+    by_size = channel.min_bandwidth_hz(sizes, 1.0, 0.2, 1e-9, 1.6e-20)
+    assert np.all(np.diff(by_size[np.isfinite(by_size)]) > 0.0)
 
 
 def test_infeasible_exactly_at_the_boundary() -> None:
@@ -98,16 +105,6 @@ def test_infeasible_exactly_at_the_boundary() -> None:
     np.testing.assert_allclose(rate, bits / deadline, rtol=1e-9)
     assert float(channel.min_bandwidth_hz(bits, deadline, power, 0.0, noise)) == math.inf
     assert float(channel.min_bandwidth_hz(0.0, 1.0, 1.0, 1e-10, 1e-20)) == 0.0  # nothing to send
-
-
-def test_min_bandwidth_monotone_in_gain_and_model_size() -> None:
-    gains = np.geomspace(1e-13, 1e-6, 400)
-    bandwidth = channel.min_bandwidth_hz(1e6, 1.0, 0.2, gains, 1.6e-20)
-    assert np.all(np.isfinite(bandwidth))
-    assert np.all(np.diff(bandwidth) < 0.0)
-    sizes = np.geomspace(1e3, 1e7, 50)
-    by_size = channel.min_bandwidth_hz(sizes, 1.0, 0.2, 1e-9, 1.6e-20)
-    assert np.all(np.diff(by_size[np.isfinite(by_size)]) > 0.0)
 
 
 def test_count_fit_cheapest_first_by_hand() -> None:
@@ -182,7 +179,7 @@ def test_pathloss_by_hand(d2d_m: float, los: bool, model: str, expected_db: floa
     )
 
 
-def test_los_pathloss_continuous_at_breakpoint() -> None:
+def test_los_pathloss_continuous_at_breakpoint_and_an_unknown_model_refused() -> None:
     # At d2D = d'_BP, d3D^2 = d'_BP^2 + dh^2, so
     # PL2 - PL1 = 40 log d3D - 9.5 * 2 log d3D - 21 log d3D = 0.
     d_bp_m = breakpoint_distance_m(10.0, 1.5, FC_HZ)
@@ -194,6 +191,8 @@ def test_los_pathloss_continuous_at_breakpoint() -> None:
     below = float(channel.pathloss_db(d_bp_m - 1e-7, True, model="tr38901"))
     above = float(channel.pathloss_db(d_bp_m + 1e-7, True, model="tr38901"))
     assert above - below == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ValueError, match="model"):
+        channel.pathloss_db(100.0, True, model="umi")
 
 
 @pytest.mark.parametrize("model", ["paper", "tr38901"])
@@ -209,8 +208,3 @@ def test_pathloss_increases_with_distance_nlos_never_below_los_and_broadcasting(
     assert mixed.shape == (200, 2)
     np.testing.assert_array_equal(mixed[:, 0], los_db)
     np.testing.assert_array_equal(mixed[:, 1], nlos_db)
-
-
-def test_pathloss_rejects_an_unknown_model() -> None:
-    with pytest.raises(ValueError, match="model"):
-        channel.pathloss_db(100.0, True, model="umi")
