@@ -164,7 +164,7 @@ def test_never_selects_unavailable_or_infeasible_devices_and_same_seed_same_sele
     assert states[0].to_dict() == states[1].to_dict()
 
 
-def test_counts_persist_and_increase():
+def test_counts_persist_and_increase_and_the_state_round_trips_and_is_validated():
     p, n, need, total = _three_device_case()
     state = FedCBSState(3)
     rng = np.random.default_rng(0)
@@ -181,6 +181,21 @@ def test_counts_persist_and_increase():
     fedcbs_select(state, np.zeros(3, bool), p, n, need, total, rng)
     assert state.round_index == 21
     np.testing.assert_array_equal(state.counts, total_masks)
+    # the state round-trips through JSON; bad counts, sizes and rounds are refused
+    state = FedCBSState(3, counts=[1, 0, 4], round_index=5)
+    data = json.loads(json.dumps(state.to_dict()))
+    back = FedCBSState.from_dict(data)
+    np.testing.assert_array_equal(back.counts, [1, 0, 4])
+    assert back.round_index == 5
+    assert back.counts.dtype == np.int64
+    with pytest.raises(ValueError, match="counts"):
+        FedCBSState(2, counts=[1, -1])
+    with pytest.raises(ValueError, match="counts"):
+        FedCBSState(2, counts=[1, 2, 3])
+    with pytest.raises(ValueError, match="num_devices"):
+        FedCBSState(0)
+    with pytest.raises(ValueError, match="round"):
+        FedCBSState.from_dict({"num-devices": 2, "counts": [0, 0]})
 
 
 def test_exploration_brings_back_unselected_devices():
@@ -202,20 +217,3 @@ def test_exploration_brings_back_unselected_devices():
         if lam == 0.0:
             assert stats.binomtest(int(state.counts[0]), rounds, 0.4 / 1.3).pvalue > 1e-3
     assert share[10.0] > 0.38 > share[0.0]
-
-
-def test_state_round_trip_and_validation():
-    state = FedCBSState(3, counts=[1, 0, 4], round_index=5)
-    data = json.loads(json.dumps(state.to_dict()))
-    back = FedCBSState.from_dict(data)
-    np.testing.assert_array_equal(back.counts, [1, 0, 4])
-    assert back.round_index == 5
-    assert back.counts.dtype == np.int64
-    with pytest.raises(ValueError, match="counts"):
-        FedCBSState(2, counts=[1, -1])
-    with pytest.raises(ValueError, match="counts"):
-        FedCBSState(2, counts=[1, 2, 3])
-    with pytest.raises(ValueError, match="num_devices"):
-        FedCBSState(0)
-    with pytest.raises(ValueError, match="round"):
-        FedCBSState.from_dict({"num-devices": 2, "counts": [0, 0]})
