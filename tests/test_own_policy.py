@@ -97,17 +97,6 @@ def test_proportional_fair_by_hand_and_shared_settings_by_name():
     assert skip.pack_rule == "skip" and skip.window == 20.0
 
 
-def test_policy_params_travel_as_one_declared_key():
-    flat = {"policy": PF, "policy-params.window": 5, "policy-params.note": 'a "b"'}
-    folded = fold_policy_params(flat)
-    assert set(folded) == {"policy", "policy-params"}
-    assert read_params(folded) == {"window": 5, "note": 'a "b"'}
-    inline = {"policy-params": "{window = 2.5, on = true}"}
-    assert read_params(inline) == {"window": 2.5, "on": True}
-    with pytest.raises(ValueError, match="also set in 'policy-params'"):
-        read_params({"policy-params": "{window = 2}", "policy-params.window": 3})
-
-
 def user_run(result_dir: Path | None, policy: str, **extra: object) -> dict:
     overrides = {"num-devices": 6, "num-server-rounds": 3, "channel.availability-prob": 0.8}
     if result_dir is not None:
@@ -208,7 +197,7 @@ def test_compare_policies_takes_a_reference_and_gives_it_its_parameters(user_fol
     assert invoke([*args, "--run-config", "policy-params.k=1"]) == 2  # no policy takes k
 
 
-def test_a_hydra_preset_takes_a_reference_and_policy_params():
+def test_a_hydra_preset_takes_a_reference_and_policy_params_which_travel_as_one_key():
     words = [f"policies=[fedcgd-fscd,'{PF}']", "run.policy-params.window=4"]
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         cfg = compose("config", overrides=["experiment=digits_policies", *hydra_overrides(words)])
@@ -217,3 +206,12 @@ def test_a_hydra_preset_takes_a_reference_and_policy_params():
     assert read_params(overrides) == {"window": 4}
     config = parse_run_config(validated_run_config({**overrides, "policy": PF}))
     assert config.policy_params == {"window": 4} and config.protocol == "channel"
+    # policy-params travel as one declared key: flat, or an inline table, never both
+    flat = {"policy": PF, "policy-params.window": 5, "policy-params.note": 'a "b"'}
+    folded = fold_policy_params(flat)
+    assert set(folded) == {"policy", "policy-params"}
+    assert read_params(folded) == {"window": 5, "note": 'a "b"'}
+    inline = {"policy-params": "{window = 2.5, on = true}"}
+    assert read_params(inline) == {"window": 2.5, "on": True}
+    with pytest.raises(ValueError, match="also set in 'policy-params'"):
+        read_params({"policy-params": "{window = 2}", "policy-params.window": 3})
