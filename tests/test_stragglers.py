@@ -158,7 +158,7 @@ def test_a_straggler_gets_one_message_at_a_time_and_costs_only_its_own_rounds():
     assert records[1].failed_reasons[str(slow)].startswith("busy: its message of round 1")
 
 
-def test_a_late_discovery_answer_registers_the_device_without_asking_again():
+def test_a_late_discovery_answer_registers_the_device_and_without_message_ids_none_is_busy():
     slow = 4
     grid = StragglerGrid(slow=[NODES[slow]], delay=2, kinds=[keys.QUERY_INFO])
     strategy, _ = straggler_strategy()
@@ -169,9 +169,6 @@ def test_a_late_discovery_answer_registers_the_device_without_asking_again():
     assert [m.metadata.message_type for m in asked] == [keys.QUERY_INFO, keys.QUERY_STATS, "train"]
     assert strategy.registry.partition(NODES[slow]) == slow
     assert strategy.last_record.uploaded == list(range(V))
-
-
-def test_without_message_ids_nothing_changes():
     # The plain in-process grid assigns no ids and answers at once: no node is ever busy.
     strategy, grid = straggler_strategy()
     for rnd in (1, 2):
