@@ -1,9 +1,5 @@
-"""The channel as a plug-in: ``channel.model`` names a built-in or a researcher's class.
-
-The Rayleigh example (examples/rayleigh_channel.py) is checked against the cell it fades, then
-run: one seed gives one run (and a resume continues it), a comparison runs it beside the
-built-in, and a bad class stops the launcher in one line before anything starts.
-"""
+"""The channel as a plug-in: ``channel.model`` names a built-in or a researcher's class (the
+Rayleigh example, examples/rayleigh_channel.py: checked against the cell it fades, then run)."""
 
 from __future__ import annotations
 
@@ -51,7 +47,7 @@ def run_settings(result_dir: Path, **changes: Any) -> dict[str, Any]:
     return with_resolved_data_dir(validated_run_config(given))
 
 
-def test_a_rayleigh_run_is_reproducible_from_its_seed_and_resumes_bit_for_bit(tmp_path):
+def test_a_rayleigh_run_repeats_from_its_seed_resumes_bit_for_bit_and_compares(tmp_path, capsys):
     rayleigh = {"channel.model": RAYLEIGH, "checkpoint-every": 1}
     first, paper = tmp_path / "first", tmp_path / "paper"
     run_inprocess(run_settings(first, **rayleigh))
@@ -68,17 +64,7 @@ def test_a_rayleigh_run_is_reproducible_from_its_seed_and_resumes_bit_for_bit(tm
     run_inprocess(run_settings(part, **rayleigh, **{"resume-from": str(part)}))
     assert comparable(part) == comparable(first)
     assert same_model(part, first)
-
-
-def test_the_default_folder_name_says_which_channel_ran():
-    assert run_folder_name({"policy": "bc"}) == "bc"
-    assert run_folder_name({"policy": "bc", "channel.model": "tr38901"}) == "bc_channel=tr38901"
-    assert run_folder_name({"policy": "bc", "channel.model": RAYLEIGH}) == (
-        "bc_channel=RayleighChannel"
-    )
-
-
-def test_compare_runs_the_rayleigh_channel_beside_the_built_in(tmp_path, capsys):
+    # a comparison runs it beside the built-in
     out = tmp_path / "compare"
     shared = "num-devices=4 num-server-rounds=2 seed=0"
     code = invoke(
@@ -95,6 +81,14 @@ def test_compare_runs_the_rayleigh_channel_beside_the_built_in(tmp_path, capsys)
     small = {"num-server-rounds": 2, "seed": 0, "num-devices": 4, "channel.model": RAYLEIGH}
     run_inprocess(run_settings(alone, **small))
     assert comparable(runs["RayleighChannel"]) == comparable(alone)
+
+
+def test_the_default_folder_name_says_which_channel_ran():
+    assert run_folder_name({"policy": "bc"}) == "bc"
+    assert run_folder_name({"policy": "bc", "channel.model": "tr38901"}) == "bc_channel=tr38901"
+    assert run_folder_name({"policy": "bc", "channel.model": RAYLEIGH}) == (
+        "bc_channel=RayleighChannel"
+    )
 
 
 MINE = """
