@@ -108,7 +108,7 @@ def scheduled(result_dir: Path) -> list[list[int]]:
     return [line["scheduled"] for line in lines(result_dir)]
 
 
-def test_a_policy_in_a_folder_outside_the_project_runs_in_process(user_folder, tmp_path):
+def test_a_policy_outside_the_project_runs_in_process_and_in_compare(user_folder, tmp_path):
     reference = f"{user_folder / 'my_policies.py'}:RandomK"
     run_inprocess(user_run(tmp_path / "a", reference, **{"policy-params.k": 2}))
     run_inprocess(user_run(tmp_path / "b", reference, **{"policy-params.k": 2}))
@@ -118,6 +118,18 @@ def test_a_policy_in_a_folder_outside_the_project_runs_in_process(user_folder, t
     recorded = json.loads((tmp_path / "a" / "config.json").read_text())
     assert recorded["policy"] == reference and recorded["policy_params"] == {"k": 2}
     assert recorded["protocol"] == "channel"
+    # compare takes it beside a built-in and gives it its parameters
+    out = tmp_path / "compare"
+    args = ["compare", "--engine", "inprocess", "--policies", f"all,{reference}", "--out", str(out)]
+    settings = "num-devices=4 num-server-rounds=2 policy-params.k=1"
+    assert invoke([*args, "--run-config", settings]) == 0
+    assert [len(r) for r in scheduled(out / "RandomK" / "seed-0")] == [1, 1]
+    assert json.loads((out / "all" / "seed-0" / "config.json").read_text())["policy_params"] == {}
+    rows = list(csv.DictReader((out / "table.csv").open()))
+    assert {r["policy"] for r in rows} == {"all", "RandomK"}  # its class name, as its folder
+    args = ["compare", "--engine", "inprocess", "--policies", "all,bc"]
+    args += ["--out", str(tmp_path / "x")]
+    assert invoke([*args, "--run-config", "policy-params.k=1"]) == 2  # no policy takes k
 
 
 BAD_SETTINGS = [
@@ -180,21 +192,6 @@ def test_the_proportional_fair_example_checkpoints_and_resumes(tmp_path):
     assert scheduled(part) == scheduled(whole) and len(scheduled(whole)) == 5
     assert len({len(r) for r in scheduled(whole)}) > 1 or any(scheduled(whole))
     assert same_model(part, whole)
-
-
-def test_compare_policies_takes_a_reference_and_gives_it_its_parameters(user_folder, tmp_path):
-    reference = f"{user_folder / 'my_policies.py'}:RandomK"
-    out = tmp_path / "compare"
-    args = ["compare", "--engine", "inprocess", "--policies", f"all,{reference}", "--out", str(out)]
-    settings = "num-devices=4 num-server-rounds=2 policy-params.k=1"
-    assert invoke([*args, "--run-config", settings]) == 0
-    assert [len(r) for r in scheduled(out / "RandomK" / "seed-0")] == [1, 1]
-    assert json.loads((out / "all" / "seed-0" / "config.json").read_text())["policy_params"] == {}
-    rows = list(csv.DictReader((out / "table.csv").open()))
-    assert {r["policy"] for r in rows} == {"all", "RandomK"}  # its class name, as its folder
-    args = ["compare", "--engine", "inprocess", "--policies", "all,bc"]
-    args += ["--out", str(tmp_path / "x")]
-    assert invoke([*args, "--run-config", "policy-params.k=1"]) == 2  # no policy takes k
 
 
 def test_a_hydra_preset_takes_a_reference_and_policy_params_which_travel_as_one_key():
