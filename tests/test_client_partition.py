@@ -53,6 +53,8 @@ def test_imbalance_hand_counts(classes: int, per_class: int, ratio: float, count
         (balanced_labels(10, 60), 10, 3, 60),
         # N = 605, V = 6, l = 4 -> 24 shards of floor(605 / 24) = 25, 5 samples dropped.
         (np.random.default_rng(3).integers(0, 7, size=605), 6, 4, 100),
+        # Degenerate l = 1 with V = C = 8 and equal classes (25 each): shards of 25.
+        (balanced_labels(8, 25), 8, 1, 25),
     ],
 )
 def test_shards_are_equal_and_disjoint_and_drop_only_the_remainder(
@@ -63,16 +65,10 @@ def test_shards_are_equal_and_disjoint_and_drop_only_the_remainder(
     assert assert_disjoint(parts).size == size * num_devices
     if labels.size == 600:  # shards of 20 never straddle a class (60 each): <= 3 classes
         assert all(np.unique(labels[p]).size <= 3 for p in parts)
-
-
-def test_shards_one_per_device_one_class_each() -> None:
-    # Degenerate l = 1 with V = C and equal classes: every device holds exactly one class,
-    # and each class goes to exactly one device.
-    labels = balanced_labels(8, 25)
-    parts = shard_partition(labels, 8, 1, np.random.default_rng(5))
-    classes = [np.unique(labels[p]) for p in parts]
-    assert all(c.size == 1 for c in classes)
-    assert sorted(int(c[0]) for c in classes) == list(range(8))
+    if shards == 1:  # every device holds exactly one class, each class goes to one device
+        classes = [np.unique(labels[p]) for p in parts]
+        assert all(c.size == 1 for c in classes)
+        assert sorted(int(c[0]) for c in classes) == list(range(num_devices))
 
 
 @pytest.mark.parametrize(("alpha", "num_devices"), [(0.1, 7), (1.0, 10), (100.0, 3)])
