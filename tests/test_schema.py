@@ -51,16 +51,13 @@ def test_a_default_is_written_once_in_pyproject_also_for_an_installed_wheel(tmp_
     assert shown.split() == ["7", "0.5"]
 
 
-def test_the_docs_table_is_the_schema_table():
+def test_the_docs_table_is_the_schema_table_and_its_protocols_the_codes():
     text = (PROJECT_DIR / "docs" / "running.md").read_text()
     start = text.index("<!-- settings table:")
     start = text.index("\n", start) + 1
     end = text.index("<!-- end of settings table -->")
     assert text[start:end] == settings_table(), REGENERATE
-
-
-def test_the_protocols_are_those_the_code_takes():
-    assert SCHEMA["protocol"].choices == PROTOCOL_CHOICES
+    assert SCHEMA["protocol"].choices == PROTOCOL_CHOICES  # the protocols the code takes
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.key)
