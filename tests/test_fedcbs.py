@@ -61,7 +61,7 @@ def test_qcid_with_each_candidate_matches_qcid_of_the_union():
         assert alone[k] == pytest.approx(qcid(cand_p[k : k + 1], cand_n[k : k + 1]))
 
 
-def test_first_pick_probabilities_hand_values():
+def test_first_and_sequential_pick_probabilities_hand_values_floor_and_large_beta():
     q = [0.5, 0.125, 0.5]
     # t = 1: ln 1 = 0, no exploration: weights 1/q = [2, 8, 2] -> [1/6, 2/3, 1/6]
     np.testing.assert_allclose(
@@ -76,9 +76,7 @@ def test_first_pick_probabilities_hand_values():
     assert b1 == pytest.approx(12.8371, abs=1e-4)
     # QCID 0 is floored at 1e-12: 1/QCID dominates any bonus (λ sqrt(3 ln t / 2) <= 10·2.2)
     assert cucb_first_pick_probabilities([0.0, 0.5], [300, 0], 301, 10.0)[0] > 1 - 1e-9
-
-
-def test_sequential_pick_probabilities_hand_values_floor_and_large_beta():
+    # the later picks (sequential_pick_probabilities):
     # β = 2: weights 1/0.28125² = 12.6420, 1/0.03125² = 1024 -> p = [0.012195, 0.987805]
     p = sequential_pick_probabilities([0.28125, 0.03125], 2.0)
     np.testing.assert_allclose(p, [12.641975 / 1036.641975, 1024 / 1036.641975], rtol=1e-6)
@@ -128,7 +126,7 @@ def test_selection_frequencies_match_hand_computed_probabilities():
     assert seen[(0, 1)] < 0.03 * draws
 
 
-def test_stop_rule_ends_sampling_at_the_first_device_that_does_not_fit():
+def test_stop_rule_budget_availability_and_feasibility_and_same_seed_same_selection():
     # two identical single-class devices, each drawn first with probability 1/2;
     # device 0 needs 1 Hz, device 1 needs 5 Hz, budget 3 Hz.
     #   first = 1 -> does not fit -> stop: {}      first = 0 -> taken, then 1 drawn -> stop: {0}
@@ -140,9 +138,7 @@ def test_stop_rule_ends_sampling_at_the_first_device_that_does_not_fit():
         mask = fedcbs_select(FedCBSState(2), np.ones(2, bool), p, np.ones(2), need, 3.0, rng)
         outcomes.add(tuple(np.flatnonzero(mask).tolist()))
     assert outcomes == {(), (0,)}
-
-
-def test_never_selects_unavailable_or_infeasible_devices_and_same_seed_same_selection():
+    # never an unavailable or infeasible device, never over the budget; one seed, one selection
     rng = np.random.default_rng(9)
     v, c = 10, 4
     states = [FedCBSState(v), FedCBSState(v)]  # one state across rounds, twice
