@@ -26,7 +26,7 @@ from server_app.run_folder.results import METRICS_FILE
 TESTS = Path(__file__).resolve().parent
 
 
-def test_unanswered_messages_make_their_nodes_busy_until_resolved():
+def test_unanswered_messages_make_their_nodes_busy_until_resolved_or_settled():
     pending = PendingMessages()
     sent = [("a", 1, "query.stats"), ("b", 2, "query.stats"), ("c", 3, "query.stats")]
     new = pending.record_unanswered(sent, answered=["b"], server_round=4)
@@ -38,6 +38,13 @@ def test_unanswered_messages_make_their_nodes_busy_until_resolved():
     assert pending.busy_nodes() == {1: 6, 3: 4}
     assert pending.forget_nodes([1]) == [Pending("d", 1, 6, "train")]
     assert pending.busy_nodes() == {3: 4} and len(pending) == 1
+    # settle_pending: polling ends at the deadline; error replies and departed nodes settle
+    pending = busy(("a", 1), ("b", 2))
+    settle_pending(ScriptedGrid([1, 2], arrivals=[]), pending, wait_s=0.0, poll_s=0.0)
+    assert pending.busy_nodes() == {1: 1, 2: 1}  # nothing arrived, no time to wait
+    grid = SimpleNamespace(get_node_ids=lambda: [2], pull_messages=lambda ids: [reply("b", "x")])
+    settle_pending(grid, pending, wait_s=0.0, poll_s=0.0)  # node 1 left; b: an error reply
+    assert len(pending) == 0
 
 
 class ScriptedGrid:
@@ -85,15 +92,6 @@ def test_late_replies_free_their_nodes_and_it_polls_only_while_every_node_is_bus
     grid = ScriptedGrid(nodes, arrivals=arrivals)
     settle_pending(grid, pending, wait_s=60.0, poll_s=0.0)
     assert grid.pulls == pulls and pending.busy_nodes() == left
-
-
-def test_polling_ends_at_the_deadline_and_errors_and_departures_settle():
-    pending = busy(("a", 1), ("b", 2))
-    settle_pending(ScriptedGrid([1, 2], arrivals=[]), pending, wait_s=0.0, poll_s=0.0)
-    assert pending.busy_nodes() == {1: 1, 2: 1}  # nothing arrived, no time to wait
-    grid = SimpleNamespace(get_node_ids=lambda: [2], pull_messages=lambda ids: [reply("b", "x")])
-    settle_pending(grid, pending, wait_s=0.0, poll_s=0.0)  # node 1 left; b: an error reply
-    assert len(pending) == 0
 
 
 class StragglerGrid(FakeGrid):
