@@ -173,9 +173,10 @@ FLWR = "flwr.serverapp.strategy"
 GIVEN, DEFAULT = "run-config key 'aggregator-params'", "the class default"
 
 
-def test_config_json_holds_the_resolved_parameters(tmp_path):
-    """Every parameter as built (Flower 1.42's defaults, as the docs show), where each came
-    from; a DP wrapper's strategy nested."""
+def test_config_json_holds_the_resolved_parameters_and_where_each_came_from(tmp_path, caplog):
+    """Every aggregator parameter as built (Flower 1.42's defaults, as the docs show), where each
+    came from, a DP wrapper's strategy nested; every policy argument too, and a run-level setting
+    that replaces a policy's own default is said, once (a built-in policy's: never)."""
     assert recorded_config(tmp_path / "a", "", {})["aggregator_resolved"] is None
     assert recorded_config(tmp_path / "b", "FedAdam", {"eta": 0.05})["aggregator_resolved"] == {
         "class": f"{FLWR}.fedadam:FedAdam",
@@ -200,11 +201,6 @@ def test_config_json_holds_the_resolved_parameters(tmp_path):
     }  # fmt: skip
     fixed = recorded_config(tmp_path / "d", FIXED, DP_FIXED)["aggregator_resolved"]
     assert fixed["strategy"]["class"] == f"{FLWR}.fedavg:FedAvg"
-
-
-def test_config_json_says_where_each_policy_argument_came_from(tmp_path, caplog):
-    """And a run-level setting that replaces the policy's own default is said, once (a
-    built-in policy's own defaults are not the user's: never)."""
     module = tmp_path / "skipper.py"
     module.write_text(SKIPPER)
     run_config = {
