@@ -16,8 +16,6 @@ from fedcgd_strategy.selectors import (
     sequential_pick_probabilities,
 )
 
-INF = np.inf
-
 
 def qcid(p, n) -> float:
     """Oracle: QCID(B) = Σ_c (Σ_k n_k p_{k,c} / Σ_k n_k − 1/C)² by its definition (Fed-CBS)."""
@@ -147,7 +145,7 @@ def test_stop_rule_budget_availability_and_feasibility_and_same_seed_same_select
         avail = rng.random(v) < 0.6
         p[~avail] = 0.0  # rows of non-candidates are ignored (may be zero)
         need = rng.uniform(0.1, 1.0, size=v)
-        need[rng.random(v) < 0.2] = INF
+        need[rng.random(v) < 0.2] = np.inf
         n = rng.integers(1, 50, size=v).astype(float)
         seed = int(rng.integers(1000))
         a, b = (
