@@ -99,7 +99,7 @@ def test_dirichlet_large_alpha_gives_near_global_mix_and_small_alpha_concentrate
     assert np.mean(np.asarray(top) > 0.9) >= 0.9
 
 
-def test_dirichlet_first_device_mix_follows_beta_ks() -> None:
+def test_dirichlet_first_device_mix_follows_beta_and_its_mean_the_global_distribution() -> None:
     # Two classes with p = (0.25, 0.75) and alpha = 4: Dir(alpha p) = Dir(1, 3), so device 0's
     # class-0 share ~ Beta(1, 3). V = 4 gives n = 25,000 <= 25,000 class-0 samples: no capping;
     # binomial noise (std <= 0.003) is far below the KS resolution for 200 draws.
@@ -110,9 +110,6 @@ def test_dirichlet_first_device_mix_follows_beta_ks() -> None:
         shares.append(np.mean(labels[part] == 0))
     result = stats.kstest(shares, stats.beta(1, 3).cdf)
     assert result.pvalue > 1e-3
-
-
-def test_dirichlet_mean_mix_is_imbalanced_global_distribution() -> None:
     # E[p_v] = p for any alpha: device 0's mean class share over seeds must match p = counts / N.
     counts = np.array([500, 1000, 1500, 2000])
     labels = np.random.default_rng(1).permutation(np.repeat(np.arange(4), counts))
