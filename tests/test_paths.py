@@ -177,11 +177,9 @@ def not_utf8(folder: Path) -> str:
 def test_a_control_character_or_a_name_not_utf8_in_a_path_is_refused_naming_the_key(
     key, name, tmp_path
 ):
-    path, says = (
-        (not_utf8(tmp_path), "not valid UTF-8")
-        if name == "not-utf8"
-        else (f"{tmp_path}/{name}", "holds a control character")
-    )
+    path, says = f"{tmp_path}/{name}", "holds a control character"
+    if name == "not-utf8":
+        path, says = not_utf8(tmp_path), "not valid UTF-8"
     with pytest.raises(ValueError, match=f"'{key}' .* {says}") as err:
         validated_run_config({key: path})
     assert "\n" not in str(err.value)
