@@ -184,12 +184,8 @@ def test_flwr_run_a_sleeping_device_changes_nothing_in_a_simulation(tmp_path):
     """Three devices on two Ray actors; device 0 sleeps 20 s per query/train, timeouts 6 s. A
     simulation waits for every reply: the sleeper takes part in every round, nobody is lost."""
     out = tmp_path / "out"
-    extra = {
-        "channel.deadline-s": 1.0,
-        "query-timeout-s": QUERY_TIMEOUT_S,
-        "train-timeout-s": QUERY_TIMEOUT_S,
-        "local-steps": 2,
-    }
+    extra = dict.fromkeys(["query-timeout-s", "train-timeout-s"], QUERY_TIMEOUT_S)
+    extra |= {"channel.deadline-s": 1.0, "local-steps": 2}
     proc = run_wrapped(
         all_available_run(out, 3, ROUNDS, extra),
         wrapper=TESTS / "misbehaving.py",
