@@ -178,7 +178,7 @@ def parse_both(run_config: dict[str, Any]) -> tuple[TaskSettings, TrainingSettin
     return TaskSettings.from_run_config(run_config), training
 
 
-def test_parses_valid_config_integral_floats_and_ints_for_floats_and_empty_data_dir(
+def test_task_and_training_settings_from_the_run_config_and_the_rounds_config_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s, t = parse_both({**BASE, "num-devices": 20.0, "imbalance-ratio": 1})
@@ -191,6 +191,14 @@ def test_parses_valid_config_integral_floats_and_ints_for_floats_and_empty_data_
     monkeypatch.chdir(tmp_path)  # an empty data-dir: ./data
     s = TaskSettings.from_run_config({**BASE, "data-dir": ""})
     assert Path(s.data_dir) == (tmp_path / "data").resolve()
+    # the training settings round-trip through the round's ConfigRecord
+    training = TrainingSettings(local_steps=5, learning_rate=0.05, batch_size=16)
+    record = {**training.to_config(), keys.SERVER_ROUND: 7}
+    assert record == {"local-steps": 5, "learning-rate": 0.05, "batch-size": 16, "server-round": 7}
+    assert read_round_config(record) == (7, training, True)
+    assert read_round_config({**record, keys.WANT_SIGMA: False}) == (7, training, False)
+    with pytest.raises(ValueError, match="ConfigRecord key 'learning-rate' is missing"):
+        read_round_config({"local-steps": 1, "batch-size": 8, "server-round": 1})
 
 
 @pytest.mark.parametrize(
@@ -207,16 +215,6 @@ def test_auto_model(dataset: str, model: str, resolved: str) -> None:
 def test_a_missing_task_or_training_key_is_named(key: str) -> None:
     with pytest.raises(ValueError, match=f"'{key}' is missing"):
         parse_both({k: v for k, v in BASE.items() if k != key})
-
-
-def test_round_config_round_trip() -> None:
-    training = TrainingSettings(local_steps=5, learning_rate=0.05, batch_size=16)
-    record = {**training.to_config(), keys.SERVER_ROUND: 7}
-    assert record == {"local-steps": 5, "learning-rate": 0.05, "batch-size": 16, "server-round": 7}
-    assert read_round_config(record) == (7, training, True)
-    assert read_round_config({**record, keys.WANT_SIGMA: False}) == (7, training, False)
-    with pytest.raises(ValueError, match="ConfigRecord key 'learning-rate' is missing"):
-        read_round_config({"local-steps": 1, "batch-size": 8, "server-round": 1})
 
 
 @pytest.mark.parametrize(
