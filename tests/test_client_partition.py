@@ -138,7 +138,7 @@ def test_partition_indices_deterministic_by_seed(partition: str) -> None:
     assert not all(np.array_equal(x, y) for x, y in zip(a, c, strict=True))
 
 
-def test_partition_indices_apply_the_imbalance_then_shards_or_dirichlet() -> None:
+def test_partition_indices_apply_the_imbalance_then_shards_or_dirichlet_or_refuse() -> None:
     # 10 classes x 300, r = 3: first half keeps 100 each -> 500 + 1500 = 2000 samples,
     # V = 10, l = 4 -> 40 shards of 50, every kept sample used once; n2 / n1 = 3 exactly.
     labels = balanced_labels(10, 300)
@@ -155,9 +155,7 @@ def test_partition_indices_apply_the_imbalance_then_shards_or_dirichlet() -> Non
     assert [p.size for p in parts] == [55] * 10
     y = labels[assert_disjoint(parts)]
     assert np.sum(y < 5) <= 55  # only the kept first-half samples can appear
-
-
-def test_too_few_samples_for_the_devices_are_refused_naming_the_key() -> None:
+    # too few samples for the devices' shards: refused naming the key
     settings = dataclasses.replace(SETTINGS, shards_per_device=4)
     with pytest.raises(ValueError, match=r"'num-devices' = 10 \(x 4 shards\) exceeds the 30"):
         partition_indices(settings, balanced_labels(3, 10))
