@@ -8,14 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flwr.app import Context, RecordDict
 from flwr.serverapp import strategy as flower_strategies
 from test_aggregators import ADAPTIVE, FIXED, V, refused
 
 from experiments.cli import invoke
 from experiments.run.run_config import format_run_config
 from fedcgd_config.settings import default_run_config
+from server_app.app import aggregation_failure_reason, main
 from server_app.config import fold_policy_params, parse_run_config
 from server_app.run_folder.run_status import read_status
+from server_app.setup import build_setup
 
 NAN, INF = float("nan"), float("inf")
 
@@ -66,10 +69,6 @@ def test_a_bad_parameter_is_refused_in_one_line_naming_it(
 
 
 def test_a_bare_flwr_runs_server_app_refuses_a_bad_parameter_before_anything_starts(tmp_path):
-    from flwr.app import Context, RecordDict
-
-    from server_app.app import main
-
     config = settings(tmp_path / "run", "FedTrimmedAvg", {"beta": 0.5})
     context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config)
     with pytest.raises(ValueError, match=r"beta.*must be in the range \[0, 0\.5\)"):
@@ -93,8 +92,6 @@ class Skipper(Policy):
         raise AssertionError
 """
 
-
-# --- a run whose aggregation keeps failing ---------------------------------------------------
 
 #: A FedAvg that raises every round: what a diverging or broken strategy does.
 DIVERGES = """\
@@ -155,8 +152,6 @@ def line(rnd: int, uploaded: int, kept: bool, reason: str | None = None) -> dict
     ],
 )  # fmt: skip
 def test_the_share_of_failed_aggregations_that_fails_a_run(lines, failed):
-    from server_app.app import aggregation_failure_reason
-
     reason = aggregation_failure_reason(lines)
     if failed is None:
         assert reason is None
@@ -167,12 +162,7 @@ def test_the_share_of_failed_aggregations_that_fails_a_run(lines, failed):
         assert f"round {first['round']}: {first['model_kept_reason']}" in reason
 
 
-# --- config.json: the resolved parameters ----------------------------------------------------
-
-
 def recorded_config(tmp_path: Path, aggregator: str, params: dict[str, Any]) -> dict[str, Any]:
-    from server_app.setup import build_setup
-
     recorded: dict[str, Any] = {}
     config = parse_run_config(settings(tmp_path, aggregator, params))
     build_setup(config, on_settings=recorded.update)
@@ -183,9 +173,10 @@ FLWR = "flwr.serverapp.strategy"
 GIVEN, DEFAULT = "run-config key 'aggregator-params'", "the class default"
 
 
-def test_config_json_holds_the_resolved_parameters(tmp_path):
-    """Every parameter as built (Flower 1.42's defaults, as the docs show), where each came
-    from; a DP wrapper's strategy nested."""
+def test_config_json_holds_the_resolved_parameters_and_where_each_came_from(tmp_path, caplog):
+    """Every aggregator parameter as built (Flower 1.42's defaults, as the docs show), where each
+    came from, a DP wrapper's strategy nested; every policy argument too, and a run-level setting
+    that replaces a policy's own default is said, once (a built-in policy's: never)."""
     assert recorded_config(tmp_path / "a", "", {})["aggregator_resolved"] is None
     assert recorded_config(tmp_path / "b", "FedAdam", {"eta": 0.05})["aggregator_resolved"] == {
         "class": f"{FLWR}.fedadam:FedAdam",
@@ -210,13 +201,6 @@ def test_config_json_holds_the_resolved_parameters(tmp_path):
     }  # fmt: skip
     fixed = recorded_config(tmp_path / "d", FIXED, DP_FIXED)["aggregator_resolved"]
     assert fixed["strategy"]["class"] == f"{FLWR}.fedavg:FedAvg"
-
-
-def test_config_json_says_where_each_policy_argument_came_from(tmp_path, caplog):
-    """And a run-level setting that replaces the policy's own default is said, once (a
-    built-in policy's own defaults are not the user's: never)."""
-    from server_app.setup import build_setup
-
     module = tmp_path / "skipper.py"
     module.write_text(SKIPPER)
     run_config = {

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy.special import lambertw
 
 import channel
 from channel.pathloss import breakpoint_distance_m, pathloss_umi_los_pl1_db, pathloss_umi_los_pl2_db
@@ -40,7 +41,7 @@ def reference_min_bandwidth_hz(
     return high
 
 
-def test_rate_by_hand() -> None:
+def test_rate_units_and_count_fit_cheapest_first_by_hand() -> None:
     # S H / N0 = 1 W * 3e-14 / 1e-20 W/Hz = 3e6 Hz; B = 1 MHz: 1e6 * log2(1 + 3) = 2e6 bit/s.
     assert float(channel.rate_bps(1e6, 1.0, 3e-14, 1e-20)) == pytest.approx(2e6, rel=1e-12)
     assert float(channel.rate_bps(0.0, 1.0, 3e-14, 1e-20)) == 0.0
@@ -48,12 +49,17 @@ def test_rate_by_hand() -> None:
     assert float(channel.rate_bps(math.inf, 1.0, 3e-14, 1e-20)) == pytest.approx(
         4328085.122666891, rel=1e-12
     )
-    # 30 dBm = 1 W, 20 dB = 100 (23 dBm and -174 dBm/Hz + 6 dB: test_default_config_is_table_i)
+    # 30 dBm = 1 W, 20 dB = 100 (23 dBm and -174 dBm/Hz + 6 dB: test_channel_cell's Table I test)
     assert float(channel.dbm_to_w(30.0)) == pytest.approx(1.0, rel=1e-12)
     assert float(channel.db_to_linear(20.0)) == pytest.approx(100.0)
+    # sorted finite demands 1, 2, 3, 5 -> running sums 1, 3, 6, 11; budget 6 fits three.
+    assert channel.count_fit_cheapest_first(np.array([5.0, math.inf, 1.0, 3.0, 2.0]), 6.0) == 3
+    assert channel.count_fit_cheapest_first(np.array([5.0, math.inf]), 4.0) == 0
+    assert channel.count_fit_cheapest_first(np.array([]), 4.0) == 0
+    assert channel.count_fit_cheapest_first(np.zeros(7), 0.0) == 7
 
 
-def test_min_bandwidth_matches_slow_reference() -> None:
+def test_min_bandwidth_matches_the_slow_reference_and_the_papers_lambert_formula() -> None:
     rng = np.random.default_rng(11)
     gains = 10.0 ** rng.uniform(-15.0, -6.0, 60)
     bits, deadline, power, noise = 8_284_736.0, 2.0, 0.2, 1.5848931924611108e-20
@@ -64,9 +70,20 @@ def test_min_bandwidth_matches_slow_reference() -> None:
             assert math.isinf(value)
         else:
             assert value == pytest.approx(expected, rel=1e-10)
+    # Paper eq. (lambert) evaluated as printed, W on the k = -1 branch, for moderate Γ.
+    bits, deadline, power, noise = 1e6, 1.0, 1.0, 1e-20
+    gammas = np.linspace(0.01, 0.99, 99)
+    gains = noise * bits * LN2 / (deadline * power * gammas)  # Γ = N0 D ln2 / (d S H)
+    w = lambertw(-gammas * np.exp(-gammas), k=-1).real
+    expected = -bits * LN2 / (deadline * (w + gammas))
+    got = channel.min_bandwidth_hz(bits, deadline, power, gains, noise)
+    np.testing.assert_allclose(got, expected, rtol=1e-10)
+    # The principal branch gives the trivial root W_0 = -Γ (division by ~0), not B*.
+    w0 = lambertw(-gammas * np.exp(-gammas), k=0).real
+    np.testing.assert_allclose(w0, -gammas, rtol=1e-12)
 
 
-def test_gamma_near_one_and_tiny() -> None:
+def test_min_bandwidth_for_gamma_near_one_and_tiny_and_monotone_in_gain_and_model_size() -> None:
     # Γ = (D/d) / (S H / (N0 ln 2)); S = N0 = 1, D/d = 1: Γ = ln2 / H, so H = ln2 / Γ.
     gammas = np.array([1e-300, 1e-100, 1e-20, 1e-3, 0.5, 1 - 1e-4, 1 - 1e-8, 1 - 1e-12, 1 - 1e-15])
     gains = LN2 / gammas
@@ -78,6 +95,13 @@ def test_gamma_near_one_and_tiny() -> None:
     # Small x = S H / (B N0): ln(1 + x) = Γ x gives x ≈ 2 (1 - Γ), so B* ≈ H / (2 (1 - Γ)).
     near_one = gammas[-3]  # 1 - 1e-8
     assert bandwidth[-3] == pytest.approx(LN2 / near_one / (2e-8), rel=1e-6)
+    gains = np.geomspace(1e-13, 1e-6, 400)
+    bandwidth = channel.min_bandwidth_hz(1e6, 1.0, 0.2, gains, 1.6e-20)
+    assert np.all(np.isfinite(bandwidth))
+    assert np.all(np.diff(bandwidth) < 0.0)
+    sizes = np.geomspace(1e3, 1e7, 50)
+    by_size = channel.min_bandwidth_hz(sizes, 1.0, 0.2, 1e-9, 1.6e-20)
+    assert np.all(np.diff(by_size[np.isfinite(by_size)]) > 0.0)
 
 
 def test_infeasible_exactly_at_the_boundary() -> None:
@@ -98,40 +122,6 @@ def test_infeasible_exactly_at_the_boundary() -> None:
     np.testing.assert_allclose(rate, bits / deadline, rtol=1e-9)
     assert float(channel.min_bandwidth_hz(bits, deadline, power, 0.0, noise)) == math.inf
     assert float(channel.min_bandwidth_hz(0.0, 1.0, 1.0, 1e-10, 1e-20)) == 0.0  # nothing to send
-
-
-def test_min_bandwidth_monotone_in_gain_and_model_size() -> None:
-    gains = np.geomspace(1e-13, 1e-6, 400)
-    bandwidth = channel.min_bandwidth_hz(1e6, 1.0, 0.2, gains, 1.6e-20)
-    assert np.all(np.isfinite(bandwidth))
-    assert np.all(np.diff(bandwidth) < 0.0)
-    sizes = np.geomspace(1e3, 1e7, 50)
-    by_size = channel.min_bandwidth_hz(sizes, 1.0, 0.2, 1e-9, 1.6e-20)
-    assert np.all(np.diff(by_size[np.isfinite(by_size)]) > 0.0)
-
-
-def test_count_fit_cheapest_first_by_hand() -> None:
-    # sorted finite demands 1, 2, 3, 5 -> running sums 1, 3, 6, 11; budget 6 fits three.
-    assert channel.count_fit_cheapest_first(np.array([5.0, math.inf, 1.0, 3.0, 2.0]), 6.0) == 3
-    assert channel.count_fit_cheapest_first(np.array([5.0, math.inf]), 4.0) == 0
-    assert channel.count_fit_cheapest_first(np.array([]), 4.0) == 0
-    assert channel.count_fit_cheapest_first(np.zeros(7), 0.0) == 7
-
-
-def test_matches_paper_lambert_formula_literally() -> None:
-    # Paper eq. (lambert) evaluated as printed, W on the k = -1 branch, for moderate Γ.
-    from scipy.special import lambertw
-
-    bits, deadline, power, noise = 1e6, 1.0, 1.0, 1e-20
-    gammas = np.linspace(0.01, 0.99, 99)
-    gains = noise * bits * LN2 / (deadline * power * gammas)  # Γ = N0 D ln2 / (d S H)
-    w = lambertw(-gammas * np.exp(-gammas), k=-1).real
-    expected = -bits * LN2 / (deadline * (w + gammas))
-    got = channel.min_bandwidth_hz(bits, deadline, power, gains, noise)
-    np.testing.assert_allclose(got, expected, rtol=1e-10)
-    # The principal branch gives the trivial root W_0 = -Γ (division by ~0), not B*.
-    w0 = lambertw(-gammas * np.exp(-gammas), k=0).real
-    np.testing.assert_allclose(w0, -gammas, rtol=1e-12)
 
 
 FC_HZ = 3.5e9
@@ -182,7 +172,7 @@ def test_pathloss_by_hand(d2d_m: float, los: bool, model: str, expected_db: floa
     )
 
 
-def test_los_pathloss_continuous_at_breakpoint() -> None:
+def test_los_pathloss_continuous_at_breakpoint_and_an_unknown_model_refused() -> None:
     # At d2D = d'_BP, d3D^2 = d'_BP^2 + dh^2, so
     # PL2 - PL1 = 40 log d3D - 9.5 * 2 log d3D - 21 log d3D = 0.
     d_bp_m = breakpoint_distance_m(10.0, 1.5, FC_HZ)
@@ -194,6 +184,8 @@ def test_los_pathloss_continuous_at_breakpoint() -> None:
     below = float(channel.pathloss_db(d_bp_m - 1e-7, True, model="tr38901"))
     above = float(channel.pathloss_db(d_bp_m + 1e-7, True, model="tr38901"))
     assert above - below == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ValueError, match="model"):
+        channel.pathloss_db(100.0, True, model="umi")
 
 
 @pytest.mark.parametrize("model", ["paper", "tr38901"])
@@ -209,8 +201,3 @@ def test_pathloss_increases_with_distance_nlos_never_below_los_and_broadcasting(
     assert mixed.shape == (200, 2)
     np.testing.assert_array_equal(mixed[:, 0], los_db)
     np.testing.assert_array_equal(mixed[:, 1], nlos_db)
-
-
-def test_pathloss_rejects_an_unknown_model() -> None:
-    with pytest.raises(ValueError, match="model"):
-        channel.pathloss_db(100.0, True, model="umi")

@@ -26,7 +26,7 @@ def shadowing_db(cell: Cell, draw: RoundDraw) -> np.ndarray:
     return -10.0 * np.log10(draw.gain_lin) - cell.config.pathloss_db(draw.distance_2d_m, draw.los)
 
 
-def test_default_config_is_table_i() -> None:
+def test_default_config_is_table_i_and_tr38901_needs_heights_above_one_metre() -> None:
     config = CellConfig()
     assert (config.num_devices, config.radius_m, config.min_distance_m) == (64, 250.0, 10.0)
     assert (config.h_bs_m, config.h_ut_m, config.carrier_frequency_hz) == (10.0, 1.5, 3.5e9)
@@ -43,6 +43,9 @@ def test_default_config_is_table_i() -> None:
     integers = CellConfig(radius_m=300, total_bandwidth_hz=10_000_000, deadline_s=1)
     assert isinstance(integers.radius_m, float) and integers.radius_m == 300.0
     assert isinstance(integers.deadline_s, float)
+    with pytest.raises(ValueError, match=r"CellConfig\.h_ut_m = 1\.0 .*tr38901"):
+        CellConfig(pathloss_model="tr38901", h_ut_m=1.0)  # heights above 1 m: its breakpoint
+    CellConfig(pathloss_model="paper", h_ut_m=1.0)  # fine without a breakpoint
 
 
 @pytest.mark.parametrize(
@@ -64,12 +67,6 @@ def test_config_errors_name_field_and_value(field: str, value: object) -> None:
         CellConfig(**{field: value})  # type: ignore[arg-type]
     assert repr(value) in str(info.value) or str(value) in str(info.value)
     assert "must be" in str(info.value)
-
-
-def test_config_tr38901_needs_heights_above_one_metre() -> None:
-    with pytest.raises(ValueError, match=r"CellConfig\.h_ut_m = 1\.0 .*tr38901"):
-        CellConfig(pathloss_model="tr38901", h_ut_m=1.0)
-    CellConfig(pathloss_model="paper", h_ut_m=1.0)  # fine without a breakpoint
 
 
 def test_device_radii_uniform_over_annulus_area() -> None:
@@ -125,7 +122,7 @@ def test_los_states_follow_los_probability() -> None:
     assert np.all(los_counts[cell.distance_2d_m <= 18.0] == rounds)
 
 
-def test_same_seed_same_draws_and_other_seed_differs() -> None:
+def test_same_seed_same_draws_other_seed_differs_and_fixed_los_and_shadowing_are_kept() -> None:
     def run(seed: int) -> list[RoundDraw]:
         cell = Cell(CellConfig(), np.random.default_rng(seed))
         return [cell.draw_round(MODEL_BITS) for _ in range(3)]
@@ -135,9 +132,7 @@ def test_same_seed_same_draws_and_other_seed_differs() -> None:
         for field in dataclasses.fields(RoundDraw):
             np.testing.assert_array_equal(getattr(a, field.name), getattr(b, field.name))
     assert not np.array_equal(first[0].distance_2d_m, other[0].distance_2d_m)
-
-
-def test_fixed_los_and_shadowing_are_kept_and_fixed_shadowing_keeps_its_variate() -> None:
+    # fixed LOS and shadowing are kept; fixed shadowing with redrawn LOS keeps its variate
     config = CellConfig(redraw_los_each_round=False, redraw_shadowing_each_round=False)
     cell = Cell(config, np.random.default_rng(21))
     draws = [cell.draw_round(MODEL_BITS) for _ in range(4)]

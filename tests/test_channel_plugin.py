@@ -1,9 +1,5 @@
-"""The channel as a plug-in: ``channel.model`` names a built-in or a researcher's class.
-
-The Rayleigh example (examples/rayleigh_channel.py) is checked against the cell it fades, then
-run: one seed gives one run (and a resume continues it), a comparison runs it beside the
-built-in, and a bad class stops the launcher in one line before anything starts.
-"""
+"""The channel as a plug-in: ``channel.model`` names a built-in or a researcher's class (the
+Rayleigh example, examples/rayleigh_channel.py: checked against the cell it fades, then run)."""
 
 from __future__ import annotations
 
@@ -19,6 +15,10 @@ from task_settings import refused_before_start
 
 from channel import Cell, CellConfig
 from examples.rayleigh_channel import RayleighChannel
+from experiments.cli import invoke
+from experiments.run.inprocess import run_inprocess
+from experiments.run.run_config import format_run_config
+from server_app.config import run_folder_name
 
 RAYLEIGH = "examples.rayleigh_channel:RayleighChannel"
 MODEL_BITS = 1.0e5
@@ -39,9 +39,6 @@ def test_the_rayleigh_gain_is_the_cells_gain_times_exp1_draws_of_the_same_genera
         )
 
 
-# --- runs of the app -----------------------------------------------------------------------
-
-
 def run_settings(result_dir: Path, **changes: Any) -> dict[str, Any]:
     from experiments.run.run_config import validated_run_config, with_resolved_data_dir
 
@@ -50,9 +47,7 @@ def run_settings(result_dir: Path, **changes: Any) -> dict[str, Any]:
     return with_resolved_data_dir(validated_run_config(given))
 
 
-def test_a_rayleigh_run_is_reproducible_from_its_seed_and_resumes_bit_for_bit(tmp_path):
-    from experiments.run.inprocess import run_inprocess
-
+def test_a_rayleigh_run_repeats_from_its_seed_resumes_bit_for_bit_and_compares(tmp_path, capsys):
     rayleigh = {"channel.model": RAYLEIGH, "checkpoint-every": 1}
     first, paper = tmp_path / "first", tmp_path / "paper"
     run_inprocess(run_settings(first, **rayleigh))
@@ -69,22 +64,7 @@ def test_a_rayleigh_run_is_reproducible_from_its_seed_and_resumes_bit_for_bit(tm
     run_inprocess(run_settings(part, **rayleigh, **{"resume-from": str(part)}))
     assert comparable(part) == comparable(first)
     assert same_model(part, first)
-
-
-def test_the_default_folder_name_says_which_channel_ran():
-    from server_app.config import run_folder_name
-
-    assert run_folder_name({"policy": "bc"}) == "bc"
-    assert run_folder_name({"policy": "bc", "channel.model": "tr38901"}) == "bc_channel=tr38901"
-    assert run_folder_name({"policy": "bc", "channel.model": RAYLEIGH}) == (
-        "bc_channel=RayleighChannel"
-    )
-
-
-def test_compare_runs_the_rayleigh_channel_beside_the_built_in(tmp_path, capsys):
-    from experiments.cli import invoke
-    from experiments.run.inprocess import run_inprocess
-
+    # a comparison runs it beside the built-in
     out = tmp_path / "compare"
     shared = "num-devices=4 num-server-rounds=2 seed=0"
     code = invoke(
@@ -103,7 +83,13 @@ def test_compare_runs_the_rayleigh_channel_beside_the_built_in(tmp_path, capsys)
     assert comparable(runs["RayleighChannel"]) == comparable(alone)
 
 
-# --- refusals before the start ---------------------------------------------------------------
+def test_the_default_folder_name_says_which_channel_ran():
+    assert run_folder_name({"policy": "bc"}) == "bc"
+    assert run_folder_name({"policy": "bc", "channel.model": "tr38901"}) == "bc_channel=tr38901"
+    assert run_folder_name({"policy": "bc", "channel.model": RAYLEIGH}) == (
+        "bc_channel=RayleighChannel"
+    )
+
 
 MINE = """
 class NoDraw:
@@ -168,9 +154,6 @@ def test_a_bad_channel_is_refused_in_one_line_before_the_start(tmp_path, capsys,
 
 
 def test_a_channel_drawing_another_number_of_devices_fails_the_run_in_one_line(tmp_path, capsys):
-    from experiments.cli import invoke
-    from experiments.run.run_config import format_run_config
-
     mine = tmp_path / "mine.py"
     mine.write_text(textwrap.dedent(MINE).lstrip("\n"))
     run_config = {"num-devices": 6, "num-server-rounds": 2, "channel.model": f"{mine}:OneTooMany"}

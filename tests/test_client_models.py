@@ -99,9 +99,8 @@ def write_fake_cifar10(root: Path, per_batch: int = 4) -> None:
     (folder / "batches.meta").write_bytes(pickle.dumps(meta))
 
 
-@pytest.mark.parametrize("download", [False, True])
-def test_a_missing_folder_gives_clear_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, download: bool
+def test_a_missing_folder_gives_clear_error_and_an_archive_in_it_is_extracted_and_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import torchvision.datasets.utils as tv_utils
 
@@ -109,19 +108,14 @@ def test_a_missing_folder_gives_clear_error(
         raise OSError("network is unreachable")
 
     monkeypatch.setattr(tv_utils, "download_and_extract_archive", offline)
-    with pytest.raises(FileNotFoundError) as info:
-        load_cifar("cifar10", tmp_path / "nested", train=True, download=download)
-    message = str(info.value)
-    assert str(tmp_path / "nested") in message
-    assert "cifar-10-python.tar.gz" in message and "cifar-10-batches-py" in message
-    assert not (tmp_path / "nested").exists()
-
-
-def test_an_archive_in_the_data_folder_is_extracted_and_read(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import torchvision.datasets.utils as tv_utils
-
+    for download in (False, True):
+        with pytest.raises(FileNotFoundError) as info:
+            load_cifar("cifar10", tmp_path / "nested", train=True, download=download)
+        message = str(info.value)
+        assert str(tmp_path / "nested") in message
+        assert "cifar-10-python.tar.gz" in message and "cifar-10-batches-py" in message
+        assert not (tmp_path / "nested").exists()
+    monkeypatch.undo()  # the network as it is: an archive in the folder needs none
     write_fake_cifar10(tmp_path / "made")
     with tarfile.open(tmp_path / "cifar-10-python.tar.gz", "w:gz") as archive:
         archive.add(tmp_path / "made" / "cifar-10-batches-py", arcname="cifar-10-batches-py")

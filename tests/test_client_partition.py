@@ -29,9 +29,6 @@ def assert_disjoint(parts: list[np.ndarray]) -> np.ndarray:
     return joined
 
 
-# --- apply_imbalance ------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize(
     ("classes", "per_class", "ratio", "counts"),
     [
@@ -49,9 +46,6 @@ def test_imbalance_hand_counts(classes: int, per_class: int, ratio: float, count
     assert np.all(np.diff(kept) > 0)  # sorted, unique
 
 
-# --- shard_partition ------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize(
     ("labels", "num_devices", "shards", "size"),
     [
@@ -59,6 +53,8 @@ def test_imbalance_hand_counts(classes: int, per_class: int, ratio: float, count
         (balanced_labels(10, 60), 10, 3, 60),
         # N = 605, V = 6, l = 4 -> 24 shards of floor(605 / 24) = 25, 5 samples dropped.
         (np.random.default_rng(3).integers(0, 7, size=605), 6, 4, 100),
+        # Degenerate l = 1 with V = C = 8 and equal classes (25 each): shards of 25.
+        (balanced_labels(8, 25), 8, 1, 25),
     ],
 )
 def test_shards_are_equal_and_disjoint_and_drop_only_the_remainder(
@@ -69,19 +65,10 @@ def test_shards_are_equal_and_disjoint_and_drop_only_the_remainder(
     assert assert_disjoint(parts).size == size * num_devices
     if labels.size == 600:  # shards of 20 never straddle a class (60 each): <= 3 classes
         assert all(np.unique(labels[p]).size <= 3 for p in parts)
-
-
-def test_shards_one_per_device_one_class_each() -> None:
-    # Degenerate l = 1 with V = C and equal classes: every device holds exactly one class,
-    # and each class goes to exactly one device.
-    labels = balanced_labels(8, 25)
-    parts = shard_partition(labels, 8, 1, np.random.default_rng(5))
-    classes = [np.unique(labels[p]) for p in parts]
-    assert all(c.size == 1 for c in classes)
-    assert sorted(int(c[0]) for c in classes) == list(range(8))
-
-
-# --- dirichlet_partition --------------------------------------------------------------------
+    if shards == 1:  # every device holds exactly one class, each class goes to one device
+        classes = [np.unique(labels[p]) for p in parts]
+        assert all(c.size == 1 for c in classes)
+        assert sorted(int(c[0]) for c in classes) == list(range(num_devices))
 
 
 @pytest.mark.parametrize(("alpha", "num_devices"), [(0.1, 7), (1.0, 10), (100.0, 3)])
@@ -93,7 +80,7 @@ def test_dirichlet_equal_sizes_no_duplicates(alpha: float, num_devices: int) -> 
     assert joined.min() >= 0 and joined.max() < 530
 
 
-def test_dirichlet_large_alpha_gives_near_global_mix() -> None:
+def test_dirichlet_large_alpha_gives_near_global_mix_and_small_alpha_concentrates_it() -> None:
     # alpha = 1e5: p_v is within ~0.001 of p; the multinomial noise of a device's 1000 draws has
     # std sqrt(0.1 * 0.9 / 1000) = 0.0095. The first half of the devices draw from full pools,
     # so their class shares must lie within 0.05 (> 5 std) of p = 0.1.
@@ -102,13 +89,9 @@ def test_dirichlet_large_alpha_gives_near_global_mix() -> None:
     for part in parts[:5]:
         share = np.bincount(labels[part], minlength=10) / part.size
         assert np.max(np.abs(share - 0.1)) < 0.05
-
-
-def test_dirichlet_small_alpha_concentrates_mix() -> None:
     # alpha = 0.01, p uniform over 10 classes: Dir(0.001, ...) is almost one-hot; device 0 draws
     # from full pools (n = 100 <= 1000 per class), so its largest class share is > 0.9 in nearly
     # every seed (P(max component < 0.9) is tiny for total concentration 0.01).
-    labels = balanced_labels(10, 1000)
     top = []
     for seed in range(40):
         part = dirichlet_partition(labels, 100, 0.01, np.random.default_rng(seed))[0]
@@ -116,7 +99,7 @@ def test_dirichlet_small_alpha_concentrates_mix() -> None:
     assert np.mean(np.asarray(top) > 0.9) >= 0.9
 
 
-def test_dirichlet_first_device_mix_follows_beta_ks() -> None:
+def test_dirichlet_first_device_mix_follows_beta_and_its_mean_the_global_distribution() -> None:
     # Two classes with p = (0.25, 0.75) and alpha = 4: Dir(alpha p) = Dir(1, 3), so device 0's
     # class-0 share ~ Beta(1, 3). V = 4 gives n = 25,000 <= 25,000 class-0 samples: no capping;
     # binomial noise (std <= 0.003) is far below the KS resolution for 200 draws.
@@ -127,9 +110,6 @@ def test_dirichlet_first_device_mix_follows_beta_ks() -> None:
         shares.append(np.mean(labels[part] == 0))
     result = stats.kstest(shares, stats.beta(1, 3).cdf)
     assert result.pvalue > 1e-3
-
-
-def test_dirichlet_mean_mix_is_imbalanced_global_distribution() -> None:
     # E[p_v] = p for any alpha: device 0's mean class share over seeds must match p = counts / N.
     counts = np.array([500, 1000, 1500, 2000])
     labels = np.random.default_rng(1).permutation(np.repeat(np.arange(4), counts))
@@ -143,8 +123,6 @@ def test_dirichlet_mean_mix_is_imbalanced_global_distribution() -> None:
     # = 0.02; allow 4 std.
     assert np.max(np.abs(mean - p)) < 0.08
 
-
-# --- partition_indices ----------------------------------------------------------------------
 
 SETTINGS = make_settings(seed=4, num_devices=10, partition="shards")
 
@@ -160,30 +138,24 @@ def test_partition_indices_deterministic_by_seed(partition: str) -> None:
     assert not all(np.array_equal(x, y) for x, y in zip(a, c, strict=True))
 
 
-def test_partition_indices_shards_with_imbalance() -> None:
+def test_partition_indices_apply_the_imbalance_then_shards_or_dirichlet_or_refuse() -> None:
     # 10 classes x 300, r = 3: first half keeps 100 each -> 500 + 1500 = 2000 samples,
     # V = 10, l = 4 -> 40 shards of 50, every kept sample used once; n2 / n1 = 3 exactly.
     labels = balanced_labels(10, 300)
     settings = dataclasses.replace(SETTINGS, imbalance_ratio=3.0, shards_per_device=4)
-    parts = partition_indices(settings, labels)
-    joined = assert_disjoint(parts)
+    joined = assert_disjoint(partition_indices(settings, labels))
     assert joined.size == 2000
     y = labels[joined]
     assert np.sum(y >= 5) / np.sum(y < 5) == 3.0
-
-
-def test_partition_indices_dirichlet_maps_back_to_original_rows() -> None:
+    # Dirichlet, r = 9 on 10 x 100: kept 5 * round(100 / 9) = 5 * 11 = 55 plus 500 -> 555
+    # samples, 55 per device; its rows map back to the original ones.
     labels = balanced_labels(10, 100)
     settings = dataclasses.replace(SETTINGS, partition="dirichlet", imbalance_ratio=9.0)
     parts = partition_indices(settings, labels)
-    # kept: 5 * round(100 / 9) = 5 * 11 = 55 plus 500 -> 555 samples, 55 per device.
     assert [p.size for p in parts] == [55] * 10
-    joined = assert_disjoint(parts)
-    y = labels[joined]
+    y = labels[assert_disjoint(parts)]
     assert np.sum(y < 5) <= 55  # only the kept first-half samples can appear
-
-
-def test_too_few_samples_for_the_devices_are_refused_naming_the_key() -> None:
+    # too few samples for the devices' shards: refused naming the key
     settings = dataclasses.replace(SETTINGS, shards_per_device=4)
     with pytest.raises(ValueError, match=r"'num-devices' = 10 \(x 4 shards\) exceeds the 30"):
         partition_indices(settings, balanced_labels(3, 10))

@@ -21,10 +21,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-SERVICES = COMPOSE["services"]
-TEST_COMPOSE = yaml.safe_load((ROOT / "docker-compose.test.yml").read_text())
-TEST_SERVICES = TEST_COMPOSE["services"]
+SERVICES = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+TEST_SERVICES = yaml.safe_load((ROOT / "docker-compose.test.yml").read_text())["services"]
 SUPERNODES = sorted(n for n in SERVICES if n.startswith("supernode"))
 
 
@@ -51,15 +49,6 @@ def test_every_flag_exists_in_the_installed_flower(file, name):
     text = help_text(binary)
     for flag in (a for a in args if a.startswith("--")):
         assert re.search(rf"(^|\s){re.escape(flag)}(\s|,|=|$)", text, re.M), (binary, flag)
-
-
-def test_supernodes_cover_every_partition_once():
-    configs = [flag_value(SERVICES[name]["command"], "--node-config") for name in SUPERNODES]
-    parsed = [dict(kv.split("=") for kv in c.split()) for c in configs]
-    n = len(parsed)
-    assert sorted(int(p["partition-id"]) for p in parsed) == list(range(n))
-    assert {int(p["num-partitions"]) for p in parsed} == {n}
-    assert all("superlink:8000" in SERVICES[name]["command"] for name in SUPERNODES)
 
 
 def test_dockerfile_copies_every_package_onto_the_public_python_image():
@@ -99,7 +88,7 @@ def test_certificates_are_mounted_read_only_where_they_are_used():
     assert "./results:/results" in SERVICES["superlink"]["volumes"]
 
 
-def test_the_test_override_and_its_script_run_every_service_on_loopback_host_networking():
+def test_the_supernodes_cover_every_partition_once_and_run_on_loopback_in_the_test_override():
     assert set(TEST_SERVICES) == set(SERVICES)
     assert all(s["network_mode"] == "host" for s in TEST_SERVICES.values())
     superlink = TEST_SERVICES["superlink"]["command"]
@@ -120,6 +109,13 @@ def test_the_test_override_and_its_script_run_every_service_on_loopback_host_net
     assert "-f docker-compose.yml -f docker-compose.test.yml" in script
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^test-compose:.*\n\t.*scripts/test_compose\.sh", makefile, re.M)
+    # the public file's supernodes cover every partition once, on the superlink's port
+    configs = [flag_value(SERVICES[name]["command"], "--node-config") for name in SUPERNODES]
+    parsed = [dict(kv.split("=") for kv in c.split()) for c in configs]
+    n = len(parsed)
+    assert sorted(int(p["partition-id"]) for p in parsed) == list(range(n))
+    assert {int(p["num-partitions"]) for p in parsed} == {n}
+    assert all("superlink:8000" in SERVICES[name]["command"] for name in SUPERNODES)
 
 
 def compose_merge(files: list[dict[str, Any]]) -> dict[str, Any]:

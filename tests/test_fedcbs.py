@@ -16,11 +16,6 @@ from fedcgd_strategy.selectors import (
     sequential_pick_probabilities,
 )
 
-INF = np.inf
-
-
-# --- QCID ----------------------------------------------------------------------------------------
-
 
 def qcid(p, n) -> float:
     """Oracle: QCID(B) = Σ_c (Σ_k n_k p_{k,c} / Σ_k n_k − 1/C)² by its definition (Fed-CBS)."""
@@ -64,10 +59,7 @@ def test_qcid_with_each_candidate_matches_qcid_of_the_union():
         assert alone[k] == pytest.approx(qcid(cand_p[k : k + 1], cand_n[k : k + 1]))
 
 
-# --- sampling probabilities -----------------------------------------------------------------------
-
-
-def test_first_pick_probabilities_hand_values():
+def test_first_and_sequential_pick_probabilities_hand_values_floor_and_large_beta():
     q = [0.5, 0.125, 0.5]
     # t = 1: ln 1 = 0, no exploration: weights 1/q = [2, 8, 2] -> [1/6, 2/3, 1/6]
     np.testing.assert_allclose(
@@ -82,9 +74,7 @@ def test_first_pick_probabilities_hand_values():
     assert b1 == pytest.approx(12.8371, abs=1e-4)
     # QCID 0 is floored at 1e-12: 1/QCID dominates any bonus (λ sqrt(3 ln t / 2) <= 10·2.2)
     assert cucb_first_pick_probabilities([0.0, 0.5], [300, 0], 301, 10.0)[0] > 1 - 1e-9
-
-
-def test_sequential_pick_probabilities_hand_values_floor_and_large_beta():
+    # the later picks (sequential_pick_probabilities):
     # β = 2: weights 1/0.28125² = 12.6420, 1/0.03125² = 1024 -> p = [0.012195, 0.987805]
     p = sequential_pick_probabilities([0.28125, 0.03125], 2.0)
     np.testing.assert_allclose(p, [12.641975 / 1036.641975, 1024 / 1036.641975], rtol=1e-6)
@@ -98,9 +88,6 @@ def test_sequential_pick_probabilities_hand_values_floor_and_large_beta():
     assert np.all(np.isfinite(p))
     assert p.sum() == pytest.approx(1.0)
     assert p[0] == pytest.approx(1.0 / (1.0 + 2.0**-40))
-
-
-# --- fedcbs_select --------------------------------------------------------------------------------
 
 
 def _three_device_case():
@@ -137,7 +124,7 @@ def test_selection_frequencies_match_hand_computed_probabilities():
     assert seen[(0, 1)] < 0.03 * draws
 
 
-def test_stop_rule_ends_sampling_at_the_first_device_that_does_not_fit():
+def test_stop_rule_budget_availability_and_feasibility_and_same_seed_same_selection():
     # two identical single-class devices, each drawn first with probability 1/2;
     # device 0 needs 1 Hz, device 1 needs 5 Hz, budget 3 Hz.
     #   first = 1 -> does not fit -> stop: {}      first = 0 -> taken, then 1 drawn -> stop: {0}
@@ -149,9 +136,7 @@ def test_stop_rule_ends_sampling_at_the_first_device_that_does_not_fit():
         mask = fedcbs_select(FedCBSState(2), np.ones(2, bool), p, np.ones(2), need, 3.0, rng)
         outcomes.add(tuple(np.flatnonzero(mask).tolist()))
     assert outcomes == {(), (0,)}
-
-
-def test_never_selects_unavailable_or_infeasible_devices_and_same_seed_same_selection():
+    # never an unavailable or infeasible device, never over the budget; one seed, one selection
     rng = np.random.default_rng(9)
     v, c = 10, 4
     states = [FedCBSState(v), FedCBSState(v)]  # one state across rounds, twice
@@ -160,7 +145,7 @@ def test_never_selects_unavailable_or_infeasible_devices_and_same_seed_same_sele
         avail = rng.random(v) < 0.6
         p[~avail] = 0.0  # rows of non-candidates are ignored (may be zero)
         need = rng.uniform(0.1, 1.0, size=v)
-        need[rng.random(v) < 0.2] = INF
+        need[rng.random(v) < 0.2] = np.inf
         n = rng.integers(1, 50, size=v).astype(float)
         seed = int(rng.integers(1000))
         a, b = (
@@ -173,7 +158,7 @@ def test_never_selects_unavailable_or_infeasible_devices_and_same_seed_same_sele
     assert states[0].to_dict() == states[1].to_dict()
 
 
-def test_counts_persist_and_increase():
+def test_counts_persist_and_increase_and_the_state_round_trips_and_is_validated():
     p, n, need, total = _three_device_case()
     state = FedCBSState(3)
     rng = np.random.default_rng(0)
@@ -190,6 +175,21 @@ def test_counts_persist_and_increase():
     fedcbs_select(state, np.zeros(3, bool), p, n, need, total, rng)
     assert state.round_index == 21
     np.testing.assert_array_equal(state.counts, total_masks)
+    # the state round-trips through JSON; bad counts, sizes and rounds are refused
+    state = FedCBSState(3, counts=[1, 0, 4], round_index=5)
+    data = json.loads(json.dumps(state.to_dict()))
+    back = FedCBSState.from_dict(data)
+    np.testing.assert_array_equal(back.counts, [1, 0, 4])
+    assert back.round_index == 5
+    assert back.counts.dtype == np.int64
+    with pytest.raises(ValueError, match="counts"):
+        FedCBSState(2, counts=[1, -1])
+    with pytest.raises(ValueError, match="counts"):
+        FedCBSState(2, counts=[1, 2, 3])
+    with pytest.raises(ValueError, match="num_devices"):
+        FedCBSState(0)
+    with pytest.raises(ValueError, match="round"):
+        FedCBSState.from_dict({"num-devices": 2, "counts": [0, 0]})
 
 
 def test_exploration_brings_back_unselected_devices():
@@ -211,20 +211,3 @@ def test_exploration_brings_back_unselected_devices():
         if lam == 0.0:
             assert stats.binomtest(int(state.counts[0]), rounds, 0.4 / 1.3).pvalue > 1e-3
     assert share[10.0] > 0.38 > share[0.0]
-
-
-def test_state_round_trip_and_validation():
-    state = FedCBSState(3, counts=[1, 0, 4], round_index=5)
-    data = json.loads(json.dumps(state.to_dict()))
-    back = FedCBSState.from_dict(data)
-    np.testing.assert_array_equal(back.counts, [1, 0, 4])
-    assert back.round_index == 5
-    assert back.counts.dtype == np.int64
-    with pytest.raises(ValueError, match="counts"):
-        FedCBSState(2, counts=[1, -1])
-    with pytest.raises(ValueError, match="counts"):
-        FedCBSState(2, counts=[1, 2, 3])
-    with pytest.raises(ValueError, match="num_devices"):
-        FedCBSState(0)
-    with pytest.raises(ValueError, match="round"):
-        FedCBSState.from_dict({"num-devices": 2, "counts": [0, 0]})

@@ -40,6 +40,7 @@ from experiments.analysis.plot_runs import (
     plot_sweep,
     run_labels,
 )
+from fedcgd_strategy.policies.registry import POLICY_NAMES as BUILT_IN
 
 OWN_POLICY = "examples.proportional_fair:ProportionalFair"
 FSCD_COLOUR, BC_COLOUR = (to_hex(POLICY_COLORS[p]) for p in ("fedcgd-fscd", "bc"))
@@ -122,8 +123,6 @@ def test_a_band_is_the_t_interval_inside_what_the_metric_can_be(
 
 
 def test_metrics_are_labelled_and_each_policy_and_aggregator_gets_its_own_colour_and_style():
-    from fedcgd_strategy.policies.registry import POLICY_NAMES as BUILT_IN
-
     assert metric("accuracy").label.endswith("(fraction correct)")
     assert "(count)" in metric("num_scheduled").label
     assert (metric("wemd").low, metric("wemd").high) == (0.0, 2.0)

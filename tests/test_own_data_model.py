@@ -22,6 +22,7 @@ from task_settings import refused_before_start
 from torch import nn
 
 from experiments.cli import invoke
+from experiments.run.flwr_run import run_flwr
 from experiments.run.run_config import format_run_config
 from fedcgd_task.models import build_model
 
@@ -297,11 +298,8 @@ def test_data_and_model_drawing_from_the_global_generators_give_one_run_per_seed
 @pytest.mark.slow
 def test_the_launcher_imports_the_users_modules_in_every_process(user_folder, tmp_path):
     """``make run RUN_CONFIG=...`` (``flwr run`` on our SuperLink): the ServerApp and the Ray
-    workers import the modules.
-
-    The data set comes from ``PYTHONPATH`` (passed on to the SuperLink, the simulation and Ray's
-    workers), the model from a file path.
-    """
+    workers import the data set from ``PYTHONPATH`` (passed on to the SuperLink, the simulation
+    and Ray's workers), the model from a file path."""
     out = tmp_path / "run"
     model = f"{user_folder / 'toy_file.py'}:build"
     settings = {**SMALL, "num-devices": 2, "num-server-rounds": 2}
@@ -317,14 +315,9 @@ def test_the_launcher_imports_the_users_modules_in_every_process(user_folder, tm
 
 @pytest.mark.slow
 def test_a_deployment_imports_modules_shipped_in_the_app_folder(tmp_path):
-    """SuperNode processes, no ``PYTHONPATH``: the modules travel in the app bundle (FAB).
-
-    The app folder holds our ``pyproject.toml``, the two modules and a policy (the proportional-
-    fair example); ``server_app`` and ``client_app`` come from the installed project, the
-    modules only from the bundle that ``flwr run`` ships to the SuperLink and the SuperNodes.
-    """
-    from experiments.run.flwr_run import run_flwr
-
+    """SuperNode processes, no ``PYTHONPATH``: the two modules and a policy (the proportional-
+    fair example) come only from the app bundle (FAB) ``flwr run`` ships to the SuperLink and the
+    SuperNodes; ``server_app`` and ``client_app`` from the installed project."""
     app = tmp_path / "app"
     app.mkdir()
     (app / "pyproject.toml").write_text((PROJECT / "pyproject.toml").read_text())

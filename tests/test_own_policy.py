@@ -12,6 +12,7 @@ import pytest
 import torch
 from command_batch import in_one_process
 from hydra import compose, initialize_config_dir
+from run_results import lines, same_model
 from test_decision_check import round_of
 
 from experiments.cli import invoke
@@ -96,37 +97,18 @@ def test_proportional_fair_by_hand_and_shared_settings_by_name():
     assert skip.pack_rule == "skip" and skip.window == 20.0
 
 
-def test_policy_params_travel_as_one_declared_key():
-    flat = {"policy": PF, "policy-params.window": 5, "policy-params.note": 'a "b"'}
-    folded = fold_policy_params(flat)
-    assert set(folded) == {"policy", "policy-params"}
-    assert read_params(folded) == {"window": 5, "note": 'a "b"'}
-    inline = {"policy-params": "{window = 2.5, on = true}"}
-    assert read_params(inline) == {"window": 2.5, "on": True}
-    with pytest.raises(ValueError, match="also set in 'policy-params'"):
-        read_params({"policy-params": "{window = 2}", "policy-params.window": 3})
-
-
 def user_run(result_dir: Path | None, policy: str, **extra: object) -> dict:
     overrides = {"num-devices": 6, "num-server-rounds": 3, "channel.availability-prob": 0.8}
-    overrides |= {
-        "policy": policy,
-        **({} if result_dir is None else {"result-dir": str(result_dir)}),
-    }
-    return with_resolved_data_dir(validated_run_config({**overrides, **extra}))
+    if result_dir is not None:
+        overrides["result-dir"] = str(result_dir)
+    return with_resolved_data_dir(validated_run_config({**overrides, "policy": policy, **extra}))
 
 
 def scheduled(result_dir: Path) -> list[list[int]]:
-    lines = (result_dir / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line)["scheduled"] for line in lines]
+    return [line["scheduled"] for line in lines(result_dir)]
 
 
-def model_bytes(result_dir: Path) -> list[bytes]:
-    state = torch.load(result_dir / "model.pt", map_location="cpu", weights_only=True)
-    return [state[k].numpy().tobytes() for k in sorted(state)]
-
-
-def test_a_policy_in_a_folder_outside_the_project_runs_in_process(user_folder, tmp_path):
+def test_a_policy_outside_the_project_runs_in_process_and_in_compare(user_folder, tmp_path):
     reference = f"{user_folder / 'my_policies.py'}:RandomK"
     run_inprocess(user_run(tmp_path / "a", reference, **{"policy-params.k": 2}))
     run_inprocess(user_run(tmp_path / "b", reference, **{"policy-params.k": 2}))
@@ -136,6 +118,18 @@ def test_a_policy_in_a_folder_outside_the_project_runs_in_process(user_folder, t
     recorded = json.loads((tmp_path / "a" / "config.json").read_text())
     assert recorded["policy"] == reference and recorded["policy_params"] == {"k": 2}
     assert recorded["protocol"] == "channel"
+    # compare takes it beside a built-in and gives it its parameters
+    out = tmp_path / "compare"
+    args = ["compare", "--engine", "inprocess", "--policies", f"all,{reference}", "--out", str(out)]
+    settings = "num-devices=4 num-server-rounds=2 policy-params.k=1"
+    assert invoke([*args, "--run-config", settings]) == 0
+    assert [len(r) for r in scheduled(out / "RandomK" / "seed-0")] == [1, 1]
+    assert json.loads((out / "all" / "seed-0" / "config.json").read_text())["policy_params"] == {}
+    rows = list(csv.DictReader((out / "table.csv").open()))
+    assert {r["policy"] for r in rows} == {"all", "RandomK"}  # its class name, as its folder
+    args = ["compare", "--engine", "inprocess", "--policies", "all,bc"]
+    args += ["--out", str(tmp_path / "x")]
+    assert invoke([*args, "--run-config", "policy-params.k=1"]) == 2  # no policy takes k
 
 
 BAD_SETTINGS = [
@@ -180,9 +174,9 @@ def refused(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, o
 @pytest.mark.parametrize(("settings", "message"), BAD_SETTINGS)
 def test_a_bad_policy_setting_fails_before_start_in_one_line(refused, settings, message):
     out, done, folder = refused[settings]
-    lines = done.stderr.strip().splitlines()
+    err = done.stderr.strip().splitlines()
     message = message.replace("{folder}", str(folder))
-    assert done.returncode == 2 and len(lines) == 1 and message in lines[0], done.stderr
+    assert done.returncode == 2 and len(err) == 1 and message in err[0], done.stderr
     assert not out.exists()
 
 
@@ -197,25 +191,10 @@ def test_the_proportional_fair_example_checkpoints_and_resumes(tmp_path):
     run_inprocess(user_run(None, PF, **{**extra, "num-server-rounds": 5, "resume-from": str(part)}))
     assert scheduled(part) == scheduled(whole) and len(scheduled(whole)) == 5
     assert len({len(r) for r in scheduled(whole)}) > 1 or any(scheduled(whole))
-    assert model_bytes(part) == model_bytes(whole)
+    assert same_model(part, whole)
 
 
-def test_compare_policies_takes_a_reference_and_gives_it_its_parameters(user_folder, tmp_path):
-    reference = f"{user_folder / 'my_policies.py'}:RandomK"
-    out = tmp_path / "compare"
-    args = ["compare", "--engine", "inprocess", "--policies", f"all,{reference}", "--out", str(out)]
-    settings = "num-devices=4 num-server-rounds=2 policy-params.k=1"
-    assert invoke([*args, "--run-config", settings]) == 0
-    assert [len(r) for r in scheduled(out / "RandomK" / "seed-0")] == [1, 1]
-    assert json.loads((out / "all" / "seed-0" / "config.json").read_text())["policy_params"] == {}
-    rows = list(csv.DictReader((out / "table.csv").open()))
-    assert {r["policy"] for r in rows} == {"all", "RandomK"}  # its class name, as its folder
-    args = ["compare", "--engine", "inprocess", "--policies", "all,bc"]
-    args += ["--out", str(tmp_path / "x")]
-    assert invoke([*args, "--run-config", "policy-params.k=1"]) == 2  # no policy takes k
-
-
-def test_a_hydra_preset_takes_a_reference_and_policy_params():
+def test_a_hydra_preset_takes_a_reference_and_policy_params_which_travel_as_one_key():
     words = [f"policies=[fedcgd-fscd,'{PF}']", "run.policy-params.window=4"]
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         cfg = compose("config", overrides=["experiment=digits_policies", *hydra_overrides(words)])
@@ -224,3 +203,12 @@ def test_a_hydra_preset_takes_a_reference_and_policy_params():
     assert read_params(overrides) == {"window": 4}
     config = parse_run_config(validated_run_config({**overrides, "policy": PF}))
     assert config.policy_params == {"window": 4} and config.protocol == "channel"
+    # policy-params travel as one declared key: flat, or an inline table, never both
+    flat = {"policy": PF, "policy-params.window": 5, "policy-params.note": 'a "b"'}
+    folded = fold_policy_params(flat)
+    assert set(folded) == {"policy", "policy-params"}
+    assert read_params(folded) == {"window": 5, "note": 'a "b"'}
+    inline = {"policy-params": "{window = 2.5, on = true}"}
+    assert read_params(inline) == {"window": 2.5, "on": True}
+    with pytest.raises(ValueError, match="also set in 'policy-params'"):
+        read_params({"policy-params": "{window = 2}", "policy-params.window": 3})

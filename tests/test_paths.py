@@ -14,6 +14,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from flwr.common.config import parse_config_args
 from run_results import lines, two_policy_preset
 from subprocesses import FEDCGD, run_ok
 
@@ -55,8 +56,6 @@ def bash_words(command: str) -> list[str]:
 
 @pytest.mark.parametrize("text", NASTY, ids=range(len(NASTY)))
 def test_every_string_round_trips_through_run_config_text_toml_file_and_shell(text, tmp_path):
-    from flwr.common.config import parse_config_args
-
     values = {
         "policy": text, "result-dir": text, "channel.trace": text, "policy-params.note": text,
         "policy-params.notes": [text, "x"], "aggregator-params.strategy-params.name": text,
@@ -132,8 +131,6 @@ def test_the_documented_policy_params_forms_are_read(text, expected):
 def test_the_documented_aggregator_params_and_flowers_string_form_are_read():
     """docs/aggregation.md and docs/running.md; ``flwr run --run-config
     'policy-params="{window = 20}"'`` (docs/running.md) reaches the ServerApp as that string."""
-    from flwr.common.config import parse_config_args
-
     text = (
         "aggregator='DifferentialPrivacyServerSideAdaptiveClipping' "
         "aggregator-params.noise-multiplier=0.3 aggregator-params.strategy='FedTrimmedAvg' "
@@ -180,11 +177,9 @@ def not_utf8(folder: Path) -> str:
 def test_a_control_character_or_a_name_not_utf8_in_a_path_is_refused_naming_the_key(
     key, name, tmp_path
 ):
-    path, says = (
-        (not_utf8(tmp_path), "not valid UTF-8")
-        if name == "not-utf8"
-        else (f"{tmp_path}/{name}", "holds a control character")
-    )
+    path, says = f"{tmp_path}/{name}", "holds a control character"
+    if name == "not-utf8":
+        path, says = not_utf8(tmp_path), "not valid UTF-8"
     with pytest.raises(ValueError, match=f"'{key}' .* {says}") as err:
         validated_run_config({key: path})
     assert "\n" not in str(err.value)

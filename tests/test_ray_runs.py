@@ -22,7 +22,7 @@ from experiments.cli import invoke
 from experiments.compare import execution
 from experiments.compare.reproduce import CONF_DIR, reproduce
 from experiments.run.flwr_run import _free_port
-from experiments.run.ray_runs import TOKEN_FILE
+from experiments.run.ray_runs import TOKEN_FILE, RaySettings, moved, ray_settings
 from fedcgd_config.schema import PROJECT_DIR
 
 TINY = ["policies=[bc]", "seeds=[0]", "sweep.local-steps=[1]", "++run.num-server-rounds=1",
@@ -63,19 +63,7 @@ def test_bad_ray_settings_are_refused_in_one_line_before_any_run(
     assert not list(tmp_path.glob("out/*/*/seed-0"))
 
 
-def test_compare_names_its_own_options(tmp_path, capsys, monkeypatch):
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    words = ["--policies", "bc", "--seeds", "0", "--engine", "inprocess", "--gpus-per-run", "-0.5"]
-    assert invoke(["compare", *words, "--out", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err
-    assert err == ("error: --gpus-per-run: got -0.5; allowed: a number >= 0 (a fraction shares "
-                   "one CPU or GPU; above 1 GPU, whole GPUs)\n")  # fmt: skip
-    assert not (tmp_path / "out" / "bc").exists()
-
-
 def test_without_an_address_or_a_gpu_runs_stay_local(monkeypatch):
-    from experiments.run.ray_runs import RaySettings, ray_settings
-
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert ray_settings(None, 1, 0, engine="inprocess", jobs=1) is None
     assert ray_settings(None, 2, 0.25, engine="simulation", jobs=1) == RaySettings(None, 2, 0.25)
@@ -85,8 +73,6 @@ def test_without_an_address_or_a_gpu_runs_stay_local(monkeypatch):
 
 
 def test_a_moved_run_names_its_real_folder_in_its_json_and_log_only():
-    from experiments.run.ray_runs import moved
-
     old, new = "/tmp/fedcgd-run-x", '/home/me/ré"s'
     assert moved("config.json", b'{"result_dir": "/tmp/fedcgd-run-x"}', old, new) == (
         b'{"result_dir": "/home/me/r\\u00e9\\"s"}'
@@ -128,15 +114,22 @@ def test_a_run_whose_ray_worker_dies_goes_again_from_its_checkpoint_in_its_folde
     assert not (folder / TOKEN_FILE).exists()
 
 
-def test_a_signal_during_rays_start_gives_the_command_with_its_ray_address(
+def test_compare_names_its_own_options_and_a_signal_during_rays_start_gives_the_command(
     tmp_path, capsys, monkeypatch
 ):
-    """Ctrl-C while the command joins Ray (before any run): the same command, and no folder."""
+    """A bad option of its own: one line naming it; Ctrl-C while the command joins Ray (before
+    any run): the same command. Neither leaves a run's folder."""
 
     def interrupted_start(*args, **kwargs):
         signal.raise_signal(signal.SIGINT)
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    words = ["--policies", "bc", "--seeds", "0", "--engine", "inprocess", "--gpus-per-run", "-0.5"]
+    assert invoke(["compare", *words, "--out", str(tmp_path / "refused")]) == 2
+    refused = capsys.readouterr().err
+    assert refused == ("error: --gpus-per-run: got -0.5; allowed: a number >= 0 (a fraction "
+                       "shares one CPU or GPU; above 1 GPU, whole GPUs)\n")  # fmt: skip
+    assert not (tmp_path / "refused" / "bc").exists()
     monkeypatch.setattr(execution, "connect", interrupted_start)
     out = tmp_path / "out"
     code = invoke(

@@ -27,6 +27,7 @@ from run_results import lines
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
 
+import server_app.run_folder.results as results
 from fedcgd_config.settings import default_run_config
 from fedcgd_strategy.record import RoundRecord
 from server_app.checkpoint import CHECKPOINT_FILE, load_checkpoint
@@ -193,8 +194,6 @@ def test_a_resumed_run_skips_round_0_and_counts_on_from_the_checkpoint(tmp_path)
 def test_the_eta_starts_after_round_0_and_leaves_node_discovery_out(monkeypatch, tmp_path):
     """Start-up before the starting model's evaluation, and the first round's node discovery
     (every ClientApp starting), are not round time: ETA = the rounds' own time per round."""
-    import server_app.run_folder.results as results
-
     setup = tiny_setup(tmp_path, **{"num-server-rounds": 11, "checkpoint-every": 0})
     now = [500.0]
     monkeypatch.setattr(results.time, "perf_counter", lambda: now[0])

@@ -116,7 +116,7 @@ def test_a_batch_that_is_not_a_cifar_batch_is_one_line(tmp_path, entry, phrase):
     assert phrase in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_cache_with_shifted_labels_is_regenerated(tmp_path):
+def test_a_cache_with_shifted_labels_or_declaring_a_huge_array_is_regenerated(tmp_path):
     truth = load_mnist1d(tmp_path, N)
     path = mnist1d_cache_path(tmp_path, mnist1d_arguments(N))
     with np.load(path) as data:
@@ -129,11 +129,7 @@ def test_a_cache_with_shifted_labels_is_regenerated(tmp_path):
     assert all(np.array_equal(a, b) for a, b in zip(again, truth, strict=True))
     with np.load(path) as data:  # and the file was rewritten
         assert np.array_equal(data["y_train"], truth[1])
-
-
-def test_a_cache_declaring_a_huge_array_is_regenerated_without_reading_it(tmp_path):
-    truth = load_mnist1d(tmp_path, N)
-    path = mnist1d_cache_path(tmp_path, mnist1d_arguments(N))
+    # a cache declaring a huge array, with the right digest: regenerated without reading it
     key = mnist1d_cache_key(mnist1d_arguments(N))
     with zipfile.ZipFile(path, "w") as archive:  # headers only: 10^7 x 10^7 float32
         headers = (("x_train", (10**7, 10**7), "<f4"), ("y_train", (320,), "<i8"),
@@ -180,12 +176,10 @@ def test_sizes_beyond_the_bounds_are_refused_in_one_line(refused, case):
     assert TOO_BIG[case][1] in line, line
 
 
-def test_a_run_config_item_nested_deeply_is_one_line(refused):
+def test_a_run_config_item_or_a_config_json_nested_deeply_is_one_line(refused, tmp_path, capsys):
     line = refused_line(refused[-1])
     assert line.startswith("error: --run-config item 'x=[[[[") and "..." in line
-
-
-def test_a_deeply_nested_config_json_is_one_line_on_resume(tmp_path, capsys):
+    # a run's config.json nested deeply, read on resume
     folder = tmp_path / "run"
     whole_run(folder, {"num-devices": 4, "num-server-rounds": 2})
     (folder / "config.json").write_text("[" * 100_000 + "]" * 100_000)
@@ -195,7 +189,8 @@ def test_a_deeply_nested_config_json_is_one_line_on_resume(tmp_path, capsys):
     assert "config.json" in line and "nests deeper than 64 levels" in line
 
 
-def test_plots_leave_out_a_torn_last_line_and_refuse_a_damaged_one(tmp_path):
+def test_plots_and_a_kept_comparison_run_with_a_torn_or_damaged_metrics_file(tmp_path, capsys):
+    """Plots leave out a torn last line and refuse a damaged one; compare refuses a kept run's."""
     run = tmp_path / "run"
     write_run(run, {"policy": "bc"}, [{"round": r, "accuracy": 0.5} for r in (1, 2)])
     with open(run / "metrics.jsonl", "a") as handle:
@@ -206,9 +201,6 @@ def test_plots_leave_out_a_torn_last_line_and_refuse_a_damaged_one(tmp_path):
     (run / "metrics.jsonl").write_text(text.replace('{"round": 2', '{"round": 2, ]', 1))
     assert invoke(["plot", str(run), "--out", str(tmp_path / "b.png")]) == 2
     assert not (tmp_path / "b.png").exists()
-
-
-def test_a_kept_comparison_run_with_a_torn_metrics_file_is_refused_in_one_line(tmp_path, capsys):
     out = tmp_path / "compare"
     args = ["compare", "--engine", "inprocess", "--policies", "bc", "--out", str(out),
             "--run-config", "num-devices=4 num-server-rounds=2"]  # fmt: skip

@@ -19,11 +19,15 @@ from typing import Any
 
 import pytest
 
+from experiments.analysis.plot_runs import UNLABELLED
+from experiments.cli import invoke
 from experiments.cli.tools import settings_table
 from fedcgd_config import keys
 from fedcgd_config.schema import PROJECT_DIR, SCHEMA, SETTINGS, flatten, read
 from fedcgd_config.setting import Setting, check_value
 from fedcgd_config.settings import TaskSettings, TrainingSettings, read_part, read_round_config
+from fedcgd_strategy.policies import PROTOCOL_CHOICES
+from server_app.config import UNNAMED_KEYS, parse_run_config
 
 REGENERATE = "regenerate it: .venv/bin/fedcgd settings --markdown, between the markers"
 
@@ -47,18 +51,13 @@ def test_a_default_is_written_once_in_pyproject_also_for_an_installed_wheel(tmp_
     assert shown.split() == ["7", "0.5"]
 
 
-def test_the_docs_table_is_the_schema_table():
+def test_the_docs_table_is_the_schema_table_and_its_protocols_the_codes():
     text = (PROJECT_DIR / "docs" / "running.md").read_text()
     start = text.index("<!-- settings table:")
     start = text.index("\n", start) + 1
     end = text.index("<!-- end of settings table -->")
     assert text[start:end] == settings_table(), REGENERATE
-
-
-def test_the_protocols_are_those_the_code_takes():
-    from fedcgd_strategy.policies import PROTOCOL_CHOICES
-
-    assert SCHEMA["protocol"].choices == PROTOCOL_CHOICES
+    assert SCHEMA["protocol"].choices == PROTOCOL_CHOICES  # the protocols the code takes
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.key)
@@ -76,7 +75,6 @@ KEY = operator.attrgetter("key")
 @pytest.mark.parametrize("setting", NUMBERS, ids=KEY)
 def test_each_bound_is_enforced_at_its_edge(setting: Setting):
     from fedcgd_config.settings import default_run_config
-    from server_app.config import parse_run_config
 
     step = 1 if type(setting.default) is int else 1e-9 * max(1.0, abs(setting.minimum or 1.0))
     if setting.minimum is not None:
@@ -125,9 +123,7 @@ def test_hand_written_values():
         read({"data-dir": "/" + "a" * 4096}, "data-dir")
 
 
-def test_fedcgd_settings_lists_every_key_with_the_pyproject_default_in_its_order(capsys):
-    from experiments.cli import invoke
-
+def test_fedcgd_settings_lists_every_key_in_its_order_explains_one_and_refuses_others(capsys):
     assert invoke(["settings"]) == 0
     lines = capsys.readouterr().out.splitlines()
     # each line is "key = default  (allowed)": the part before the two spaces is TOML
@@ -138,11 +134,7 @@ def test_fedcgd_settings_lists_every_key_with_the_pyproject_default_in_its_order
     pyproject = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())
     assert listed == list(flatten(pyproject["tool"]["flwr"]["app"]["config"]).items())
     assert [key for key, _ in listed] == [setting.key for setting in SETTINGS]
-
-
-def test_fedcgd_settings_explains_a_key_and_refuses_an_unknown_one(capsys):
-    from experiments.cli import invoke
-
+    # one key explained; an unknown one refused, with the nearest key when there is one
     assert invoke(["settings", "channel.deadline-s"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("channel.deadline-s = 0.012\n  allowed: a finite number > 0\n")
@@ -160,9 +152,7 @@ def test_fedcgd_settings_explains_a_key_and_refuses_an_unknown_one(capsys):
 def test_one_attribute_says_what_describes_a_run():
     """Checkpoint identity, folder names, figure labels and indicator pairing leave out the same
     settings: those whose ``computes`` is false (where or how a run runs or reports)."""
-    from experiments.analysis.plot_runs import UNLABELLED
     from fedcgd_config.settings import RECORDED, unread_settings
-    from server_app.config import UNNAMED_KEYS
 
     unread = unread_settings({"task": {"dataset": "mnist1d"}})
     for setting in SETTINGS:
@@ -188,7 +178,9 @@ def parse_both(run_config: dict[str, Any]) -> tuple[TaskSettings, TrainingSettin
     return TaskSettings.from_run_config(run_config), training
 
 
-def test_parses_valid_config_integral_floats_and_ints_for_floats() -> None:
+def test_task_and_training_settings_from_the_run_config_and_the_rounds_config_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     s, t = parse_both({**BASE, "num-devices": 20.0, "imbalance-ratio": 1})
     assert (s.seed, s.num_devices, s.dataset, s.model, s.device) == (3, 20, "digits", "mlp", "cpu")
     assert type(s.num_devices) is int and type(s.imbalance_ratio) is float
@@ -196,6 +188,17 @@ def test_parses_valid_config_integral_floats_and_ints_for_floats() -> None:
     assert (s.partition, s.dirichlet_alpha, s.shards_per_device) == ("dirichlet", 0.3, 2)
     assert t == TrainingSettings(local_steps=1, learning_rate=0.1, batch_size=32)
     hash(s)  # usable as a cache key
+    monkeypatch.chdir(tmp_path)  # an empty data-dir: ./data
+    s = TaskSettings.from_run_config({**BASE, "data-dir": ""})
+    assert Path(s.data_dir) == (tmp_path / "data").resolve()
+    # the training settings round-trip through the round's ConfigRecord
+    training = TrainingSettings(local_steps=5, learning_rate=0.05, batch_size=16)
+    record = {**training.to_config(), keys.SERVER_ROUND: 7}
+    assert record == {"local-steps": 5, "learning-rate": 0.05, "batch-size": 16, "server-round": 7}
+    assert read_round_config(record) == (7, training, True)
+    assert read_round_config({**record, keys.WANT_SIGMA: False}) == (7, training, False)
+    with pytest.raises(ValueError, match="ConfigRecord key 'learning-rate' is missing"):
+        read_round_config({"local-steps": 1, "batch-size": 8, "server-round": 1})
 
 
 @pytest.mark.parametrize(
@@ -208,26 +211,10 @@ def test_auto_model(dataset: str, model: str, resolved: str) -> None:
     assert settings.model == resolved
 
 
-def test_empty_data_dir_is_cwd_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    s = TaskSettings.from_run_config({**BASE, "data-dir": ""})
-    assert Path(s.data_dir) == (tmp_path / "data").resolve()
-
-
 @pytest.mark.parametrize("key", [k for k in BASE if k != "policy"])
 def test_a_missing_task_or_training_key_is_named(key: str) -> None:
     with pytest.raises(ValueError, match=f"'{key}' is missing"):
         parse_both({k: v for k, v in BASE.items() if k != key})
-
-
-def test_round_config_round_trip() -> None:
-    training = TrainingSettings(local_steps=5, learning_rate=0.05, batch_size=16)
-    record = {**training.to_config(), keys.SERVER_ROUND: 7}
-    assert record == {"local-steps": 5, "learning-rate": 0.05, "batch-size": 16, "server-round": 7}
-    assert read_round_config(record) == (7, training, True)
-    assert read_round_config({**record, keys.WANT_SIGMA: False}) == (7, training, False)
-    with pytest.raises(ValueError, match="ConfigRecord key 'learning-rate' is missing"):
-        read_round_config({"local-steps": 1, "batch-size": 8, "server-round": 1})
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ from server_app.run_folder.results import METRICS_FILE
 TESTS = Path(__file__).resolve().parent
 
 
-def test_unanswered_messages_make_their_nodes_busy_until_resolved():
+def test_unanswered_messages_make_their_nodes_busy_until_resolved_or_settled():
     pending = PendingMessages()
     sent = [("a", 1, "query.stats"), ("b", 2, "query.stats"), ("c", 3, "query.stats")]
     new = pending.record_unanswered(sent, answered=["b"], server_round=4)
@@ -38,6 +38,13 @@ def test_unanswered_messages_make_their_nodes_busy_until_resolved():
     assert pending.busy_nodes() == {1: 6, 3: 4}
     assert pending.forget_nodes([1]) == [Pending("d", 1, 6, "train")]
     assert pending.busy_nodes() == {3: 4} and len(pending) == 1
+    # settle_pending: polling ends at the deadline; error replies and departed nodes settle
+    pending = busy(("a", 1), ("b", 2))
+    settle_pending(ScriptedGrid([1, 2], arrivals=[]), pending, wait_s=0.0, poll_s=0.0)
+    assert pending.busy_nodes() == {1: 1, 2: 1}  # nothing arrived, no time to wait
+    grid = SimpleNamespace(get_node_ids=lambda: [2], pull_messages=lambda ids: [reply("b", "x")])
+    settle_pending(grid, pending, wait_s=0.0, poll_s=0.0)  # node 1 left; b: an error reply
+    assert len(pending) == 0
 
 
 class ScriptedGrid:
@@ -85,15 +92,6 @@ def test_late_replies_free_their_nodes_and_it_polls_only_while_every_node_is_bus
     grid = ScriptedGrid(nodes, arrivals=arrivals)
     settle_pending(grid, pending, wait_s=60.0, poll_s=0.0)
     assert grid.pulls == pulls and pending.busy_nodes() == left
-
-
-def test_polling_ends_at_the_deadline_and_errors_and_departures_settle():
-    pending = busy(("a", 1), ("b", 2))
-    settle_pending(ScriptedGrid([1, 2], arrivals=[]), pending, wait_s=0.0, poll_s=0.0)
-    assert pending.busy_nodes() == {1: 1, 2: 1}  # nothing arrived, no time to wait
-    grid = SimpleNamespace(get_node_ids=lambda: [2], pull_messages=lambda ids: [reply("b", "x")])
-    settle_pending(grid, pending, wait_s=0.0, poll_s=0.0)  # node 1 left; b: an error reply
-    assert len(pending) == 0
 
 
 class StragglerGrid(FakeGrid):
@@ -158,7 +156,7 @@ def test_a_straggler_gets_one_message_at_a_time_and_costs_only_its_own_rounds():
     assert records[1].failed_reasons[str(slow)].startswith("busy: its message of round 1")
 
 
-def test_a_late_discovery_answer_registers_the_device_without_asking_again():
+def test_a_late_discovery_answer_registers_the_device_and_without_message_ids_none_is_busy():
     slow = 4
     grid = StragglerGrid(slow=[NODES[slow]], delay=2, kinds=[keys.QUERY_INFO])
     strategy, _ = straggler_strategy()
@@ -169,9 +167,6 @@ def test_a_late_discovery_answer_registers_the_device_without_asking_again():
     assert [m.metadata.message_type for m in asked] == [keys.QUERY_INFO, keys.QUERY_STATS, "train"]
     assert strategy.registry.partition(NODES[slow]) == slow
     assert strategy.last_record.uploaded == list(range(V))
-
-
-def test_without_message_ids_nothing_changes():
     # The plain in-process grid assigns no ids and answers at once: no node is ever busy.
     strategy, grid = straggler_strategy()
     for rnd in (1, 2):
@@ -189,12 +184,8 @@ def test_flwr_run_a_sleeping_device_changes_nothing_in_a_simulation(tmp_path):
     """Three devices on two Ray actors; device 0 sleeps 20 s per query/train, timeouts 6 s. A
     simulation waits for every reply: the sleeper takes part in every round, nobody is lost."""
     out = tmp_path / "out"
-    extra = {
-        "channel.deadline-s": 1.0,
-        "query-timeout-s": QUERY_TIMEOUT_S,
-        "train-timeout-s": QUERY_TIMEOUT_S,
-        "local-steps": 2,
-    }
+    extra = dict.fromkeys(["query-timeout-s", "train-timeout-s"], QUERY_TIMEOUT_S)
+    extra |= {"channel.deadline-s": 1.0, "local-steps": 2}
     proc = run_wrapped(
         all_available_run(out, 3, ROUNDS, extra),
         wrapper=TESTS / "misbehaving.py",

@@ -17,6 +17,7 @@ from command_batch import in_one_process
 from test_aggregators import ADAPTIVE, dp
 
 from experiments.run.run_config import format_run_config
+from server_app.app import unchanged_reason
 
 #: Users' policies that fail in round 1 (no probe before the start since issue 51).
 POLICIES = """
@@ -145,8 +146,6 @@ def test_a_run_whose_model_never_changed_fails(ran, name):
 
 
 def test_a_model_moved_by_rounding_alone_is_unchanged_and_a_real_step_is_not():
-    from server_app.app import unchanged_reason
-
     eps = torch.finfo(torch.float32).eps  # float32's ulp at 1.0
     start = {"w": torch.full((100,), 1.5), "b": torch.ones(1), "n": torch.tensor(3)}
     ulp = {"w": start["w"] + eps, "b": torch.ones(1), "n": torch.tensor(4)}  # 1 ulp every weight
