@@ -1063,39 +1063,30 @@ def test_the_attack_sweep_in_aggregation_md_is_its_runs() -> None:
     ]
     assert float(cells[(FSCD, "FedTrimmedAvg", "0")]["rounds_to_target_km_median"]) == 43
     assert f"against FedAvg's median of 23–{max(medians):.0f}" in text and min(medians) > 23
-    reached = {
-        a: {cells[(p, a, "0")]["reached_target"] for p in ATTACK_POLICIES} for a in ATTACK_ROBUST
-    }
-    assert reached == {
-        "FedMedian": {"0"},
-        "FedTrimmedAvg": {"2", "3"},
-        "Krum": {"0"},
-        "Bulyan": {"0"},
-    }
+    reached = [
+        sorted({cells[(p, a, "0")]["reached_target"] for p in ATTACK_POLICIES})
+        for a in ATTACK_ROBUST
+    ]
+    assert reached == [["0"], ["2", "3"], ["0"], ["0"]]  # FedTrimmedAvg: "in 2–3 of 5 seeds"
     rounds = [float(cells[(p, "FedAvg", "3")]["attacker_rounds_mean"]) for p in (FSCD, "all")]
     assert "({:.0f} of 50 for three attackers against {:.0f} for `all`)".format(*rounds) in text
     defend = _family(
         "attack_aggregators",
         [(p, a, k, "FedAvg", k) for k in "13" for p in ATTACK_POLICIES for a in ATTACK_ROBUST],
     )
-    ahead = [
-        defend[(p, a, "3", "FedAvg", "3", FINAL)][:2]
-        for p, a in (
-            ("all", "FedTrimmedAvg"),
-            ("all", "Bulyan"),
-            (FSCD, "FedTrimmedAvg"),
-            ("bc", "FedTrimmedAvg"),
-        )
+    pairs = [
+        ("all", "FedTrimmedAvg"),
+        ("all", "Bulyan"),
+        (FSCD, "FedTrimmedAvg"),
+        ("bc", "FedTrimmedAvg"),
     ]
+    (d1, p1), (d2, p2), (d3, p3), (d4, p4) = (
+        defend[(p, a, "3", "FedAvg", "3", FINAL)][:2] for p, a in pairs
+    )
     assert (
-        "`all` end above FedAvg (+{:.3f}, raw p {:.3f}; +{:.3f}, raw p {:.3f}), and FedTrimmedAvg "
-        "under FedCGD-FSCD and BC too (+{:.3f} and +{:.3f}, raw p {:.2f} and {:.2f})".format(
-            *(x for pair in ahead[:2] for x in pair),
-            ahead[2][0],
-            ahead[3][0],
-            ahead[2][1],
-            ahead[3][1],
-        )
+        f"`all` end above FedAvg (+{d1:.3f}, raw p {p1:.3f}; +{d2:.3f}, raw p {p2:.3f}), and "
+        f"FedTrimmedAvg under FedCGD-FSCD and BC too (+{d3:.3f} and +{d4:.3f}, raw p {p3:.2f} and "
+        f"{p4:.2f})"
     ) in text
     assert all(h == 1.0 for k, (d, _, h) in defend.items() if k[2] == "3" and d > 0)
     assert all(
