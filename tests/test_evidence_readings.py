@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import gzip
 import itertools
 import math
 import re
@@ -33,6 +34,7 @@ DIRICHLET, LOCAL, IMBALANCE, DIGITS = (
     "mnist1d_dirichlet", "mnist1d_local_steps", "mnist1d_imbalance", "compare_digits",
 )  # fmt: skip
 TAU = f"{LOCAL}_rerun"  # the τ preset's evidence (today's code); LOCAL: the code of 2026-11-26
+DIGITS_1126 = f"{DIGITS}_1126"  # the digits comparison with the code of 2026-11-26
 #: file stem -> (its sweep points as written in the tables, its number of runs, its policies)
 PRESETS: dict[str, tuple[tuple[str, ...], int, tuple[str, ...]]] = {
     DIRICHLET: (
@@ -44,6 +46,7 @@ PRESETS: dict[str, tuple[tuple[str, ...], int, tuple[str, ...]]] = {
         (GC, FSCD, GS, *BASELINES),
     ),
     DIGITS: (("",), 35, (FSCD, GS, *BASELINES, "all")),
+    DIGITS_1126: (("",), 35, (FSCD, GS, *BASELINES, "all")),
     TAU: (("local-steps=1", "local-steps=5"), 70, (GC, FSCD, GS, *BASELINES)),
 }  # fmt: skip
 ALPHAS = A01, A1, A10 = PRESETS[DIRICHLET][0]
@@ -263,7 +266,7 @@ def _settings() -> dict[str, Any]:
 
 
 #: Each table's target accuracy (its rounds columns are the runs' own rounds to it).
-TARGETS = {DIRICHLET: 0.8, LOCAL: 0.8, IMBALANCE: 0.7, DIGITS: 0.85, TAU: 0.8}
+TARGETS = {DIRICHLET: 0.8, LOCAL: 0.8, IMBALANCE: 0.7, DIGITS: 0.85, DIGITS_1126: 0.85, TAU: 0.8}
 
 
 def _typed(run: dict[str, str]) -> dict[str, Any]:
@@ -342,7 +345,8 @@ def test_the_table_is_recomputed_from_its_runs(preset: str) -> None:
 SETTINGS = {
     "τ1": (TAU, TAU1), "τ5": (TAU, TAU5), "τ1old": (LOCAL, TAU1), "r1": (IMBALANCE, R1),
     "r3": (IMBALANCE, R3), "r9": (IMBALANCE, R9), "α.1": (DIRICHLET, A01), "α1": (DIRICHLET, A1),
-    "α10": (DIRICHLET, A10), "d": (DIGITS, ""), "α*": (DIRICHLET, "*"), "r*": (IMBALANCE, "*"),
+    "α10": (DIRICHLET, A10), "d": (DIGITS, ""), "d26": (DIGITS_1126, ""), "α*": (DIRICHLET, "*"),
+    "r*": (IMBALANCE, "*"),
 }  # fmt: skip
 POLICIES = {"fscd": FSCD, "gs": GS, "gc": GC, "cbs": "fedcbs", **{p: p for p in BASELINES[:3]}}
 CELLS = {
@@ -371,13 +375,6 @@ def _pooled(preset: str, policy: str, field: str) -> float:
     sign = {p: _sign_p(w, w + lost) for p, (w, lost) in counts.items()}
     won, lost = counts[policy]
     return {"won": won, "n": won + lost, "sp": sign[policy], "sph": _holm(sign)[policy]}[field]
-
-
-def _reached(preset: str, policy: str, sweep: str) -> float:
-    """Mean rounds to the target of runs that all reached it."""
-    rounds = list(_rounds(preset, policy, sweep).values())
-    assert None not in rounds
-    return statistics.fmean(r or 0 for r in rounds)
 
 
 def _percent_fewer(policy: str, reference: str, sweep: str) -> float:
@@ -425,8 +422,9 @@ EXTRA: dict[str, Callable[[], Any]] = {
         _mean(DIRICHLET, p, a, SCHEDULED) for p in BASELINES for a in ALPHAS
     ],
     "reached r9 gc": lambda: sum(r is not None for r in _rounds(IMBALANCE, GC, R9).values()),
-    "d fscd reached": lambda: _reached(DIGITS, FSCD, ""),
-    "d bc reached": lambda: _reached(DIGITS, "bc", ""),
+    "d fscd reached": lambda: _mean(DIGITS, FSCD, "", "rounds_to_target"),  # each run reached
+    "d bc reached": lambda: _mean(DIGITS, "bc", "", "rounds_to_target"),
+    "d26 fscd reached": lambda: _mean(DIGITS_1126, FSCD, "", "rounds_to_target"),
     "α10 bc least p": lambda: min(
         float(_table(DIRICHLET)[(A10, "bc")][f"{p}_vs_fedcgd_fscd"])
         for p in ("p_value", "best_p_value")
@@ -670,19 +668,22 @@ PHRASES = {
         "{d bc wemd})",
         "({d bc Δ} for BC, p = {d bc p}; {d bc ph} after Holm over the 6 baselines' final and best "
         "accuracy tests, so not significant)",
-        "none of the 12 final and best accuracy tests is after Holm (BC's final accuracy, above, "
-        "has the smallest, {d holm least}; POC's best accuracy, p = {d poc bp}, becomes "
-        "{d poc bph})",
-        "nor shown similar (paired TOST, ±0.01: p = {d gs tp} final, {d gs btp} "
-        "best)",
-        "and Fed-CBS's best accuracy within ±0.01 of FSCD's (p = {d bc btp} and "
-        "{d cbs btp}), become {d bc btph} and {d cbs btph} after Holm over the "
-        "setting's 12 TOSTs, and at a margin of ±0.009 they would be {tost9 d bc} and "
-        "{tost9 d cbs} before it",
+        "POC's best accuracy, ahead of FSCD's ({d poc bΔ} for POC, p = {d poc bp}), and BC's final "
+        "accuracy (above); after it they are {d holm least} and {d bc ph}",
+        "nor shown similar (paired TOST, ±0.01: p = {d gs tp} final, {d gs btp} best)",
+        "BC's best accuracy within ±0.01 of FSCD's (p = {d bc btp}), becomes {d bc btph} after "
+        "Holm over the setting's 12 TOSTs; the next, Fed-CBS's best accuracy, is just above 0.05 "
+        "(p = {d cbs btp}; {d cbs btph} after Holm)", "would be {tost9 d bc} and {tost9 d cbs}",
         "before BC in {d bc won} of 5 seeds ({d fscd reached} rounds against {d bc reached} on "
         "average, medians {d fscd median} and {d bc median}; sign test p = {d bc sp}, the smallest "
         "5 seeds allow, {d bc sph} after Holm", "are not significant (p ≥ {d others least p})",
-        "five baselines' rows are identical", "(FSCD's rounds to 85 % were 23.4)",
+        "FSCD's final accuracy {d26 fscd final} → {d fscd final} and mean rounds to 85 % "
+        "{d26 fscd reached} → {d fscd reached}; BC's final-accuracy p {d26 bc p} → {d bc p} (Holm "
+        "{d26 bc ph} → {d bc ph}); POC's best-accuracy p {d26 poc bp} → {d poc bp} (Holm "
+        "{d26 poc bph} → {d poc bph}), now below 0.05 before Holm; the best-accuracy TOST p's of "
+        "BC {d26 bc btp} → {d bc btp} and Fed-CBS {d26 cbs btp} → {d cbs btp}, no longer below "
+        "0.05; FSCD earlier / later against BN2 {d26 bn2 won} / {d26 bn2 lost} → {d bn2 won} / "
+        "{d bn2 lost} and POC {d26 poc won} / {d26 poc lost} → {d poc won} / {d poc lost}",
     ],
     "README.md": [
         "({d fscd sched} against {d bc sched}) at the lowest WEMD of all ({d fscd wemd} against "
@@ -786,25 +787,23 @@ def test_which_tests_stay_significant_after_holm() -> None:
     a1, a01 = _holm_accuracy(DIRICHLET, A1), _holm_accuracy(DIRICHLET, A01)
     assert a1[("bn2", BEST)] < 0.05 < a1[("bc", BEST)] and min(a01.values()) > 0.05
     digits = _holm_accuracy(DIGITS, "")
-    assert min(digits, key=digits.__getitem__) == ("bc", FINAL) and min(digits.values()) > 0.05
+    assert min(digits, key=digits.__getitem__) == ("poc", BEST) and min(digits.values()) > 0.05
+    raw = {k for k in digits if _paired_t_p(DIGITS, k[0], "", k[1])[1] < 0.05}
+    assert raw == {("poc", BEST), ("bc", FINAL)}  # before Holm
     holm_gs = _gs_holm()
     assert len(holm_gs) == 14 and min(holm_gs) > 0.05
 
 
 def test_no_similar_claim_without_an_equivalence_test() -> None:
     """Words of likeness ("similar", "as good as", "within the noise") only where a TOST shows
-    it: before Holm only τ = 5's BC and digits' BC and Fed-CBS in best accuracy (none after it,
+    it: before Holm only τ = 5's and digits' BC in best accuracy (none after it,
     their Holm p's in :data:`PHRASES`), the docs say so."""
     shown = {
         (preset, s, p, c) for preset in (TAU, IMBALANCE, DIRICHLET, DIGITS)
         for s in PRESETS[preset][0] for p in PRESETS[preset][2] if p != FSCD
         for c in (FINAL, BEST) if _tost_p(preset, p, s, c) < 0.05
     }  # fmt: skip
-    assert shown == {
-        (TAU, TAU5, "bc", BEST),
-        (DIGITS, "", "bc", BEST),
-        (DIGITS, "", "fedcbs", BEST),
-    }
+    assert shown == {(TAU, TAU5, "bc", BEST), (DIGITS, "", "bc", BEST)}
     words = re.compile(r"similar|level with|as good as|within the noise|level accuracy|matches")
     for page in ("evidence.md", "comparing.md", "README.md"):
         text = " ".join(_section(page).split())
@@ -820,29 +819,34 @@ ALLOWED = re.compile(
 )
 
 
-#: docs/compare_digits.csv before this rerun (code before runs recorded theirs): policy ->
-#: (final, best, rounds to 85 %) means, copied from git history for the "what moved" reading.
-DIGITS_EARLIER = {
-    FSCD: (0.9033333333333333, 0.9105555555555556, 23.4),
-    GS: (0.9105555555555555, 0.9172222222222223, 22.0),
-    "bc": (0.8794444444444445, 0.9083333333333334, 30.4),
-    "bn2": (0.7777777777777778, 0.9044444444444444, 26.4),
-    "poc": (0.9, 0.9188888888888889, 25.2),
-    "fedcbs": (0.8711111111111112, 0.9094444444444445, 27.0),
-    "all": (0.9016666666666666, 0.9077777777777778, 25.6),
-}
-
-
-@pytest.mark.parametrize("policy", list(DIGITS_EARLIER))
-def test_what_moved_in_the_digits_comparison(policy: str) -> None:
-    final, best, rounds = DIGITS_EARLIER[policy]
-    now = (_mean(DIGITS, policy, "", FINAL), _mean(DIGITS, policy, "", BEST))
-    if policy in (FSCD, GS):  # the two FedCGD rows moved, by less than 0.001
-        assert 0 < max(abs(now[0] - final), abs(now[1] - best)) < 0.001
-    else:  # the baselines' rows are identical
-        assert now == pytest.approx((final, best), abs=1e-12)
-        reached = [r for r in _rounds(DIGITS, policy, "").values() if r is not None]
-        assert statistics.fmean(reached) == pytest.approx(rounds)
+def test_the_digits_runs_their_rounds_what_moved_and_the_attack_sweeps() -> None:
+    """Each run is its rounds; what moved since 2026-11-26; no-attack FedAvg runs are these."""
+    with gzip.open(DOCS / f"{DIGITS}_rounds.csv.gz", "rt", newline="") as handle:
+        rounds = list(csv.DictReader(handle))
+    keep = (FINAL, BEST, "rounds_to_target", SCHEDULED, WEMD)
+    for run in _runs(DIGITS):
+        rows = [r for r in rounds if (r["policy"], r["seed"]) == (run["policy"], run["seed"])]
+        columns = ("accuracy", "num_scheduled", "wemd")  # wemd "": nothing scheduled
+        accuracy, *means = ([float(r[k]) for r in rows if r[k]] for k in columns)
+        assert [int(r["round"]) for r in rows] == list(range(1, 1 + int(run["rounds_run"])))
+        reached = next((r["round"] for r in rows if float(r["accuracy"] or 0) >= 0.85), "")
+        expected = [accuracy[-1], max(accuracy), reached, *map(statistics.fmean, means)]
+        assert [run[k] if k == keep[2] else float(run[k]) for k in keep] == pytest.approx(expected)
+    now, then = ({(r["policy"], r["seed"]): r for r in _runs(p)} for p in (DIGITS, DIGITS_1126))
+    moved = {(*k, c): abs(float(r[c]) - float(then[k][c]))
+             for k, r in now.items() for c in keep if r[c] != then[k][c]}  # fmt: skip
+    assert moved.pop((FSCD, "4", "rounds_to_target")) == 3
+    assert {k: round(360 * d, 9) for k, d in moved.items() if k[2] != WEMD} == {
+        (FSCD, "2", BEST): 1, (FSCD, "4", FINAL): 1, (GS, "3", FINAL): 1, (GS, "3", BEST): 1
+    }  # fmt: skip
+    wemd = {k[:2]: d for k, d in moved.items() if k[2] == WEMD}
+    assert set(wemd) == {(FSCD, "4"), *((GS, s) for s in "123")} and max(wemd.values()) < 0.002
+    rows = [r for p in (DIGITS, DIGITS_1126) for r in _table(p).values()]  # no verdict changed
+    assert min(float(v) for r in rows for c, v in r.items() if c.endswith("_holm") and v) > 0.05
+    fedavg = [r for r in _rows("attack_aggregators_runs") if r["aggregator"] == "FedAvg"]
+    same = [{tuple(r[k] for k in ("policy", "seed", *keep[:-1], "code")) for r in runs}
+            for runs in ([r for r in fedavg if r["attackers"] == "0"], _runs(DIGITS))]  # fmt: skip
+    assert len(same[0]) == 15 and same[0] <= same[1]
 
 
 def _g3(value: str) -> str:
@@ -876,15 +880,11 @@ def _expected_cells(row: dict[str, str]) -> list[str]:
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("page", "preset", "first"),
-    [
-        ("evidence.md", TAU, "| τ | policy | final accuracy |"),
-        ("evidence.md", IMBALANCE, "| r | policy |"),
-        ("evidence.md", DIRICHLET, "| α | policy |"),
-        ("comparing.md", DIGITS, "| policy | final accuracy |"),
-    ],
-)
+@pytest.mark.parametrize(("page", "preset", "first"), [
+    ("evidence.md", TAU, "| τ | policy | final accuracy |"),
+    ("evidence.md", IMBALANCE, "| r | policy |"), ("evidence.md", DIRICHLET, "| α | policy |"),
+    ("comparing.md", DIGITS, "| policy | final accuracy |"),
+])  # fmt: skip
 def test_every_docs_table_cell_is_its_csv_value(page: str, preset: str, first: str) -> None:
     lines, table = _md_table(page, first), _table(preset)
     assert len(lines) == len(table)
