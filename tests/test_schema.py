@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from experiments.analysis.plot_runs import UNLABELLED
 from experiments.cli import invoke
 from experiments.cli.tools import settings_table
 from fedcgd_config import keys
@@ -152,6 +151,7 @@ def test_fedcgd_settings_lists_every_key_in_its_order_explains_one_and_refuses_o
 def test_one_attribute_says_what_describes_a_run():
     """Checkpoint identity, folder names, figure labels and indicator pairing leave out the same
     settings: those whose ``computes`` is false (where or how a run runs or reports)."""
+    from experiments.analysis.plot_runs import UNLABELLED  # matplotlib: here only
     from fedcgd_config.settings import RECORDED, unread_settings
 
     unread = unread_settings({"task": {"dataset": "mnist1d"}})
