@@ -33,12 +33,7 @@ from server_app.run_folder.results import (
     json_ready,
     read_metrics_lines,
 )
-from server_app.run_folder.run_status import (
-    COMPLETED,
-    first_line,
-    flat_settings,
-    read_status,
-)
+from server_app.run_folder.run_status import COMPLETED, first_line, flat_settings, read_status
 
 #: The one checkpoint format this app reads (another is refused on resume).
 CHECKPOINT_FORMAT = 3
@@ -290,8 +285,7 @@ def claim_run_folder(
     except BaseException:
         claim.abandon()
         raise
-    for left in claim.folder.glob(".*.tmp") if writer else ():
-        ours = any(left.name.startswith(f".{name}.") for name in RUN_FILES)
-        if ours and left.is_file() and not left.is_symlink():
+    for name in RUN_FILES if writer else ():  # the claim refused links
+        for left in claim.folder.glob(f".{name}.*.tmp"):
             left.unlink(missing_ok=True)
     return claim, config, plan

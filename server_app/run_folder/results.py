@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import platform
 import time
 from collections.abc import Mapping, Sequence
@@ -26,24 +25,15 @@ from server_app.run_folder.files import (
     sync_files,
 )
 
-CONFIG_FILE = "config.json"
-METRICS_FILE = "metrics.jsonl"
-SUMMARY_FILE = "summary.json"
-STATUS_FILE = "status.json"
-MODEL_FILE = "model.pt"
-CHECKPOINT_FILE = "checkpoint.pt"
+CONFIG_FILE, METRICS_FILE, SUMMARY_FILE = "config.json", "metrics.jsonl", "summary.json"
+STATUS_FILE, MODEL_FILE, CHECKPOINT_FILE = "status.json", "model.pt", "checkpoint.pt"
 #: Files whose presence means a folder already holds a run's results.
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, MODEL_FILE, CHECKPOINT_FILE, STATUS_FILE)
 #: Longest line of ``metrics.jsonl`` read (bytes).
 MAX_METRICS_LINE_BYTES = 16 * 2**20
 #: The packages whose sources decide what a run computes (not plots, launchers, benchmarks).
-COMPUTING_PACKAGES = (
-    "channel",
-    "client_app",
-    "fedcgd_config",
-    "fedcgd_strategy",
-    "fedcgd_task",
-    "server_app",
+COMPUTING_PACKAGES = tuple(
+    "channel client_app fedcgd_config fedcgd_strategy fedcgd_task server_app".split()
 )
 #: Libraries whose versions can change a run's arithmetic.
 LIBRARIES = ("numpy", "scipy", "torch", "flwr")
@@ -206,24 +196,16 @@ def holds_run(result_dir: str | Path) -> bool:
 
 
 def check_new_result_dir(result_dir: str | Path) -> None:
-    """Refuse (one line) a folder a new run cannot use: a file, a run's, or not creatable."""
+    """Refuse (one line) a folder that holds a run's results (a file, a folder that cannot be
+    created: refused by the claim, ``folder_lock.claim_folder``).
+    """  # noqa: D205
     folder = Path(result_dir)
-    key = f"run-config key 'result-dir' = '{folder}'"
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"{key} is a file; give a new or empty folder")
-    if holds_run(folder):
-        present = ", ".join(name for name in RUN_FILES if (folder / name).exists())
+    if present := [name for name in RUN_FILES if (folder / name).exists()]:
         raise ValueError(
-            f"{key} already holds a run's results ({present}); choose a new folder, or "
-            f"continue that run with resume-from='{folder}'"
+            f"run-config key 'result-dir' = '{folder}' already holds a run's results "
+            f"({', '.join(present)}); choose a new folder, or continue that run with "
+            f"resume-from='{folder}'"
         )
-    ancestor = folder
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise ValueError(f"{key} cannot be created: '{ancestor}' is a file")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ValueError(f"{key} cannot be created: no write permission in '{ancestor}'")
 
 
 def read_metrics_lines(
