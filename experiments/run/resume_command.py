@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from server_app.run_folder.results import CHECKPOINT_FILE, MODEL_FILE
-from server_app.run_folder.run_status import COMPLETED, read_status
+from server_app.run_folder.run_status import read_status
 
 
 def fedcgd_command(words: Sequence[str]) -> str:
@@ -69,17 +69,15 @@ def single_run_line(result_dir: Path, resume: str, again: str, checkpoint_every:
         status = read_status(folder)
     except ValueError:  # unreadable: say what the files say
         status = None
-    if status is not None and status.state == COMPLETED:
-        return f"nothing to continue: the run completed; results in {folder}"
-    if status is not None and status.last_round >= status.num_server_rounds:
-        if (folder / MODEL_FILE).is_file():
-            rounds = status.num_server_rounds
-            return f"nothing to continue: all {rounds} rounds ran; results in {folder}"
+    total = f" of {status.num_server_rounds}" if status else ""
+    if status and status.last_round >= status.num_server_rounds and (folder / MODEL_FILE).exists():
+        return (
+            f"nothing to continue: all {status.num_server_rounds} rounds ran; results in {folder}"
+        )
     if (folder / CHECKPOINT_FILE).is_file():
         from server_app.checkpoint import checkpoint_round
 
         done = checkpoint_round(folder)
-        total = f" of {status.num_server_rounds}" if status is not None else ""
         where = "from its checkpoint" if done is None else f"after round {done}{total}"
         return f"to continue {where}: {resume}"
     why = "it stopped before its first checkpoint"
