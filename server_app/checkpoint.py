@@ -1,7 +1,4 @@
-"""A run's checkpoint (tied to its run, loaded safely), the claim on its folder, resume checks.
-
-See docs/design.md, "Safe loading" and "One writer per folder".
-"""
+"""A run's checkpoint (tied to its run, loaded safely), the claim on its folder, resume checks."""
 
 from __future__ import annotations
 
@@ -268,15 +265,13 @@ def check_resume(config: RunConfig) -> ResumePlan:
 def claim_run_folder(
     config: RunConfig, *, writer: bool, fresh_name: bool = False
 ) -> tuple[FolderClaim, RunConfig, ResumePlan | None]:
-    """Lock the run's folder (created for a new run) and check it under the lock: the claim, the
-    config (its ``result_dir`` the folder), the resume plan; ``writer``: the ServerApp's, which
-    removes the temporary files a killed writer left.
-    """  # noqa: D205
+    """Lock the run's folder (created for a new run), check it under the lock: the claim, the
+    config (``result_dir``: the folder), the resume plan; ``writer``: the ServerApp's."""  # noqa: D205, D209
     key = "run-config key " + ("'resume-from'" if config.resume_from else "'result-dir'")
+    new = not config.resume_from
     claim = claim_folder(
-        Path(config.result_dir), key, create=not config.resume_from, writer=writer,
-        fresh_name=fresh_name,
-    )  # fmt: skip
+        Path(config.result_dir), key, create=new, writer=writer, fresh_name=fresh_name
+    )
     try:
         config = replace(config, result_dir=str(claim.folder)) if fresh_name else config
         plan = check_resume(config) if config.resume_from else None

@@ -1,7 +1,4 @@
-"""A run's result files, progress lines and which code computed it.
-
-See docs/running.md, "What a run writes"; docs/design.md, "Which code computed a run".
-"""
+"""A run's result files, progress lines and which code computed it (docs/running.md)."""
 
 from __future__ import annotations
 
@@ -215,6 +212,7 @@ def read_metrics_lines(
     path = Path(result_dir) / METRICS_FILE
     resume = through_round is not None
     where = f"run-config key 'resume-from': {path}" if resume else str(path)
+    after = "the folder cannot be resumed" if resume else "it was edited or damaged"
     lines: list[dict[str, Any]] = []
     try:
         with path.open("rb") as handle:
@@ -229,15 +227,12 @@ def read_metrics_lines(
                 elif (raw.strip() and raw.endswith(b"\n")) or len(raw) > MAX_METRICS_LINE_BYTES:
                     raise ValueError(
                         f"{where} line {number} is not a metrics line (a JSON object with an "
-                        "integer round); "
-                        + ("the folder cannot be resumed" if resume else "it was edited or damaged")
+                        f"integer round); {after}"
                     )
     except OSError as err:
         if not resume:
             raise
-        raise ValueError(
-            f"{where} cannot be read ({err.strerror}); the folder cannot be resumed"
-        ) from err
+        raise ValueError(f"{where} cannot be read ({err.strerror}); {after}") from err
     if through_round is None:
         return lines
     kept = [x for x in lines if x["round"] <= through_round]

@@ -1,7 +1,4 @@
-"""What a run folder says about its run: status, exit code and last line, settings, runs table.
-
-See docs/design.md, "Result folders".
-"""
+"""What a run folder says about its run: status, exit code and its line, settings, runs table."""
 
 from __future__ import annotations
 
