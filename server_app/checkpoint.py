@@ -105,21 +105,16 @@ def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig)
     ):
         return
     text, digest = found.get("settings"), found.get("settings_sha256")
-    whole = isinstance(text, str) and hashlib.sha256(text.encode()).hexdigest() == digest
+    if not isinstance(text, str) or hashlib.sha256(text.encode()).hexdigest() != digest:
+        raise CheckpointRefusedError(f"{head}: its settings do not match their digest (damaged)")
     try:
-        saved = json.loads(text) if whole else {}  # type: ignore[arg-type]
+        saved = json.loads(text)
     except (ValueError, RecursionError):  # a hand-made file: named as other settings below
         saved = {}
-    pair = {"task.seed": found.get("seed"), "policy": found.get("policy")}
-    before = {**(saved if isinstance(saved, dict) else {}), **pair}
+    before = {**(saved if isinstance(saved, dict) else {}), "task.seed": found.get("seed")}
+    before["policy"] = found.get("policy")
     now = {**json.loads(wanted["settings"]), "task.seed": config.seed, "policy": config.policy}
-    keys = sorted(
-        k
-        for k in (set(before) | set(now) if whole else pair)
-        if not _same(before.get(k), now.get(k))
-    )
-    if not whole and not keys:
-        raise CheckpointRefusedError(f"{head}: its settings do not match their digest (damaged)")
+    keys = sorted(k for k in set(before) | set(now) if not _same(before.get(k), now.get(k)))
     why = settings_change(before, now, keys) or "another digest"
     raise CheckpointRefusedError(
         f"{head} was written with other settings ({why}); resume with the run's own settings "
