@@ -89,13 +89,12 @@ def single_run_line(result_dir: Path, resume: str, again: str, checkpoint_every:
     )
 
 
-def rerun_line(command: str | None) -> str:
+def rerun_line(command: str) -> str:
     """The last line of a comparison or preset that stopped."""
-    line = (
-        "to go on, run the same command again (completed runs are kept, stopped ones "
-        "continue from their checkpoints)"
+    return (
+        "to go on, run the same command again (completed runs are kept, stopped ones continue "
+        f"from their checkpoints): {command}"
     )
-    return line if command is None else f"{line}: {command}"
 
 
 #: What makes the line a command ends with when it stops early (the last one put in counts).
