@@ -111,8 +111,8 @@ def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig)
         saved = json.loads(text)
     except (ValueError, RecursionError):  # a hand-made file: named as other settings below
         saved = {}
-    before = {**(saved if isinstance(saved, dict) else {}), "task.seed": found.get("seed")}
-    before["policy"] = found.get("policy")
+    pair = {"task.seed": found.get("seed"), "policy": found.get("policy")}
+    before = {**(saved if isinstance(saved, dict) else {}), **pair}
     now = {**json.loads(wanted["settings"]), "task.seed": config.seed, "policy": config.policy}
     keys = sorted(k for k in set(before) | set(now) if not _same(before.get(k), now.get(k)))
     why = settings_change(before, now, keys) or "another digest"

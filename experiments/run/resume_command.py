@@ -20,11 +20,9 @@ def fedcgd_command(words: Sequence[str]) -> str:
     """``fedcgd <words>`` quoted for a shell (the script beside this interpreter, else ``-m``)."""
     script = Path(sys.executable).with_name("fedcgd")
     program = [str(script)] if script.is_file() else [sys.executable, "-m", "experiments.cli"]
-    try:
+    if Path(program[0]).is_relative_to(Path.cwd()):
         shown = str(Path(program[0]).relative_to(Path.cwd()))
         program[0] = shown if "/" in shown else f"./{shown}"  # not looked up on PATH
-    except ValueError:
-        pass
     return shlex.join([*program, *words])
 
 

@@ -110,9 +110,7 @@ def refuse_links(folder: Path, key: str) -> None:
 
 
 def probe_free(folder: Path, key: str) -> None:
-    """Refuse a folder that holds a link, or whose owner or writer lock an unrelated process
-    holds; creates nothing.
-    """  # noqa: D205
+    """Refuse a folder that holds a link or whose lock another process holds; creates nothing."""
     refuse_links(folder, key)
     for name in LOCK_FILES:
         if os.path.lexists(folder / name):

@@ -193,9 +193,7 @@ def holds_run(result_dir: str | Path) -> bool:
 
 
 def check_new_result_dir(result_dir: str | Path) -> None:
-    """Refuse (one line) a folder that holds a run's results (a file, a folder that cannot be
-    created: refused by the claim, ``folder_lock.claim_folder``).
-    """  # noqa: D205
+    """Refuse (one line) a folder holding a run's results (the claim refuses the rest)."""
     folder = Path(result_dir)
     if present := [name for name in RUN_FILES if (folder / name).exists()]:
         raise ValueError(
