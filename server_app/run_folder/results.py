@@ -75,9 +75,7 @@ def code_entries(
     ):
         unknown = {"digest": "unknown", "versions": {}, "from_round": 1}  # recorded none
         return [entry] if recorded is None or from_round == 1 else [unknown, entry]
-    if kept and kept[-1]["digest"] == current["digest"]:
-        return [dict(e) for e in kept]
-    return [*(dict(e) for e in kept), entry]
+    return list(kept) if kept and kept[-1]["digest"] == current["digest"] else [*kept, entry]
 
 
 def run_digests(config: Mapping[str, Any] | None) -> str:
