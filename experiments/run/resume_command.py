@@ -63,10 +63,7 @@ def continue_line(
 def single_run_line(result_dir: Path, resume: str, again: str, checkpoint_every: int) -> str:
     """The last line of a single run that stopped: how it continues (``resume``, ``again``)."""
     folder = Path(result_dir)
-    try:
-        status = read_status(folder)
-    except ValueError:  # unreadable: say what the files say
-        status = None
+    status = read_status(folder, quiet=True)  # unreadable: say what the other files say
     total = f" of {status.num_server_rounds}" if status else ""
     if status and status.last_round >= status.num_server_rounds and (folder / MODEL_FILE).exists():
         return (

@@ -96,20 +96,17 @@ def write_status(result_dir: Path, status: RunStatus, *, durable: bool = True) -
 
 def mark_stopped(result_dir: Path, reason: str) -> None:
     """Record a run stopped from outside its process: ``running`` becomes ``stopped``."""
-    try:
-        status = read_status(result_dir)
-    except ValueError:
-        return
-    if status is not None and status.state == RUNNING:
+    if (status := read_status(result_dir, quiet=True)) is not None and status.state == RUNNING:
         write_status(result_dir, replace(status, state=STOPPED, reason=reason))
 
 
-def read_status(result_dir: Path) -> RunStatus | None:
-    """The run status of ``result_dir`` (None: no ``status.json``); ValueError when invalid."""
+def read_status(result_dir: Path, *, quiet: bool = False) -> RunStatus | None:
+    """The run status of ``result_dir`` (None: no ``status.json``, or ``quiet`` and invalid);
+    ValueError when invalid."""  # noqa: D205, D209
     path = Path(result_dir) / STATUS_FILE
-    if not path.is_file():
-        return None
     try:
+        if not path.is_file():
+            return None
         data = read_json_object(path)
         reason = data.get("reason")
         return RunStatus(
@@ -118,6 +115,8 @@ def read_status(result_dir: Path) -> RunStatus | None:
             int(data.get("devices_lost", 0)), int(data.get("rounds_with_lost_devices", 0)),
         )  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError) as err:
+        if quiet:
+            return None
         raise ValueError(f"{path} is not a valid run status ({err})") from err
 
 
@@ -196,7 +195,7 @@ def _row(folder: Path, root: Path) -> tuple[float, list[str]]:
     config: dict[str, Any] = _read(lambda: read_json_object(folder / CONFIG_FILE), {})
     started = _read(lambda: (folder / CONFIG_FILE).stat().st_mtime, 0.0) if config else 0.0
     task = config["task"] if isinstance(config.get("task"), dict) else {}
-    status: RunStatus | None = _read(lambda: read_status(folder), None)
+    status = read_status(folder, quiet=True)
     lines: list[dict[str, Any]] = _read(lambda: read_metrics_lines(folder), [])
     accuracies = [x["accuracy"] for x in lines if isinstance(x.get("accuracy"), int | float)]
     aggregator = config.get("aggregator", "?")
