@@ -22,7 +22,7 @@ from server_app.checkpoint import ResumePlan, claim_run_folder, save_model
 from server_app.config import RunConfig, check_components, parse_run_config
 from server_app.recorder import RoundRecorder
 from server_app.run_folder.files import ResultWriteError, as_failure, watching
-from server_app.run_folder.results import ResultWriter, sync_run_files
+from server_app.run_folder.results import CHECKPOINT_FILE, ResultWriter, sync_run_files
 from server_app.run_folder.run_status import (
     COMPLETED,
     FAILED,
@@ -30,9 +30,9 @@ from server_app.run_folder.run_status import (
     RUNNING,
     RunStatus,
     ended_by,
-    failure_line,
     lost_counts,
     lost_note,
+    one_line,
     write_status,
 )
 from server_app.setup import RunSetup, build_setup
@@ -53,7 +53,14 @@ def main(grid: Grid, context: Context) -> None:
     except Exception as err:
         if not isinstance(err, OneLineMessage):
             raise
-        say(FAILURE_MARKER + failure_line(err, Path(config.result_dir)))
+        say(FAILURE_MARKER + one_line(err))
+        if isinstance(err, ResultWriteError):  # under plain `flwr run` no command says what next
+            fix = "free space on the disk" if err.disk_full else "fix the file system"
+            folder = Path(err.path).parent
+            if (folder / CHECKPOINT_FILE).is_file():
+                say(f"{fix}, then continue the run from its checkpoint with resume-from='{folder}'")
+            else:
+                say(f"{fix}, then run it again in a new folder ({folder} holds no checkpoint)")
 
 
 #: Print one line of the run's own output (streamed by ``flwr run --stream`` too).

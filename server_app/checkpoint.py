@@ -1,7 +1,4 @@
-"""A run's checkpoint (tied to its run, loaded safely), the claim on its folder, resume checks.
-
-See docs/design.md, "Safe loading" and "One writer per folder".
-"""
+"""A run's checkpoint (tied to its run, loaded safely), the claim on its folder, resume checks."""
 
 from __future__ import annotations
 
@@ -33,12 +30,7 @@ from server_app.run_folder.results import (
     json_ready,
     read_metrics_lines,
 )
-from server_app.run_folder.run_status import (
-    COMPLETED,
-    first_line,
-    flat_settings,
-    read_status,
-)
+from server_app.run_folder.run_status import COMPLETED, first_line, flat_settings, read_status
 
 #: The one checkpoint format this app reads (another is refused on resume).
 CHECKPOINT_FORMAT = 3
@@ -113,21 +105,16 @@ def check_identity(folder: Path, identity: Mapping[str, Any], config: RunConfig)
     ):
         return
     text, digest = found.get("settings"), found.get("settings_sha256")
-    whole = isinstance(text, str) and hashlib.sha256(text.encode()).hexdigest() == digest
+    if not isinstance(text, str) or hashlib.sha256(text.encode()).hexdigest() != digest:
+        raise CheckpointRefusedError(f"{head}: its settings do not match their digest (damaged)")
     try:
-        saved = json.loads(text) if whole else {}  # type: ignore[arg-type]
+        saved = json.loads(text)
     except (ValueError, RecursionError):  # a hand-made file: named as other settings below
         saved = {}
     pair = {"task.seed": found.get("seed"), "policy": found.get("policy")}
     before = {**(saved if isinstance(saved, dict) else {}), **pair}
     now = {**json.loads(wanted["settings"]), "task.seed": config.seed, "policy": config.policy}
-    keys = sorted(
-        k
-        for k in (set(before) | set(now) if whole else pair)
-        if not _same(before.get(k), now.get(k))
-    )
-    if not whole and not keys:
-        raise CheckpointRefusedError(f"{head}: its settings do not match their digest (damaged)")
+    keys = sorted(k for k in set(before) | set(now) if not _same(before.get(k), now.get(k)))
     why = settings_change(before, now, keys) or "another digest"
     raise CheckpointRefusedError(
         f"{head} was written with other settings ({why}); resume with the run's own settings "
@@ -273,15 +260,13 @@ def check_resume(config: RunConfig) -> ResumePlan:
 def claim_run_folder(
     config: RunConfig, *, writer: bool, fresh_name: bool = False
 ) -> tuple[FolderClaim, RunConfig, ResumePlan | None]:
-    """Lock the run's folder (created for a new run) and check it under the lock: the claim, the
-    config (its ``result_dir`` the folder), the resume plan; ``writer``: the ServerApp's, which
-    removes the temporary files a killed writer left.
-    """  # noqa: D205
+    """Lock the run's folder (created for a new run), check it under the lock: the claim, the
+    config (``result_dir``: the folder), the resume plan; ``writer``: the ServerApp's."""  # noqa: D205, D209
     key = "run-config key " + ("'resume-from'" if config.resume_from else "'result-dir'")
+    new = not config.resume_from
     claim = claim_folder(
-        Path(config.result_dir), key, create=not config.resume_from, writer=writer,
-        fresh_name=fresh_name,
-    )  # fmt: skip
+        Path(config.result_dir), key, create=new, writer=writer, fresh_name=fresh_name
+    )
     try:
         config = replace(config, result_dir=str(claim.folder)) if fresh_name else config
         plan = check_resume(config) if config.resume_from else None
@@ -290,8 +275,7 @@ def claim_run_folder(
     except BaseException:
         claim.abandon()
         raise
-    for left in claim.folder.glob(".*.tmp") if writer else ():
-        ours = any(left.name.startswith(f".{name}.") for name in RUN_FILES)
-        if ours and left.is_file() and not left.is_symlink():
+    for name in RUN_FILES if writer else ():  # the claim refused links
+        for left in claim.folder.glob(f".{name}.*.tmp"):
             left.unlink(missing_ok=True)
     return claim, config, plan

@@ -179,14 +179,6 @@ def test_the_default_is_the_schedulers_fedavg_bit_for_bit_and_older_runs_compare
     states = [model_arrays(m.content[keys.ARRAYS], layout(initial)) for m in uploads]
     weights = [int(m.content[keys.METRICS][keys.NUM_EXAMPLES]) for m in uploads]
     assert_equal_models(model, fedavg(states, weights, initial))
-    # a run recorded before the aggregator setting compares as the default
-    from server_app.run_folder.run_status import settings_differences
-
-    recorded = {"policy": "bc", "seed": 0, "task": {"dataset": "digits"}}  # no "aggregator"
-    asked = {**recorded, "aggregator": ""}
-    assert settings_differences(recorded, asked) == []
-    assert settings_differences(recorded, {**recorded, "aggregator": "FedMedian"}) == ["aggregator"]
-    assert settings_differences({**recorded, "aggregator": "Krum"}, asked) == ["aggregator"]
 
 
 def refused(tmp_path: Path, **overrides: Any) -> str:

@@ -76,10 +76,7 @@ def test_a_full_disk_mid_run_is_one_line_no_temporary_file_and_a_true_resume(cap
     assert code == 1, err
     assert "Traceback" not in err and len(lines) == 2, err
     # round 2's line went in, its status could not be written
-    assert lines[0] == (
-        f"failed: no space left on device while writing {folder}/status.json; free space on "
-        f"the disk, then continue it from its checkpoint with resume-from='{folder}'"
-    )
+    assert lines[0] == f"failed: no space left on device while writing {folder}/status.json"
     continue_after = "to continue after round 1 of 5: "
     assert lines[1].startswith(continue_after), lines[1]
     assert temporaries(folder) == []
@@ -95,20 +92,18 @@ def test_a_full_disk_mid_run_is_one_line_no_temporary_file_and_a_true_resume(cap
 
 
 @pytest.mark.parametrize(
-    ("errno_code", "said", "advice"),
-    [(errno.ENOSPC, "no space left on device", "free space on the disk"),
-     (errno.EIO, "input/output error", "fix the file system")],
-)  # fmt: skip
+    ("errno_code", "said"),
+    [(errno.ENOSPC, "no space left on device"), (errno.EIO, "input/output error")],
+)
 def test_a_failed_checkpoint_write_is_one_line_failed_in_the_status_and_no_temporary(
-    capsys, tmp_path, errno_code, said, advice
+    capsys, tmp_path, errno_code, said
 ):
     folder = tmp_path / "run"
     is_checkpoint = lambda path: os.path.basename(path).startswith(".checkpoint.pt.")  # noqa: E731
     with disk_full(folder, lambda p: is_checkpoint(p) and rounds_written(folder) >= 3, errno_code):
         code, _, err = run_main(capsys, **{"result-dir": str(folder)})
     assert code == 1 and "Traceback" not in err and err.count("\n") == 2, err
-    assert err.startswith(f"failed: {said} while writing {folder}/checkpoint.pt")
-    assert f"{advice}, then continue it from its checkpoint" in err
+    assert err.startswith(f"failed: {said} while writing {folder}/checkpoint.pt\n")
     assert err.splitlines()[1].startswith("to continue after round 2 of 5: "), err
     status = json.loads((folder / "status.json").read_text())
     assert status["state"] == "failed" and status["last_round"] == 3
@@ -123,7 +118,6 @@ def test_without_a_checkpoint_the_advice_is_to_run_again_in_a_new_folder(capsys,
         code, _, err = run_main(capsys, **{"result-dir": str(folder), "checkpoint-every": 0})
     assert code == 1 and err.count("\n") == 2, err
     assert "no space left on device while writing" in err and "resume-from" not in err
-    assert "run it again in a new folder" in err
     assert err.splitlines()[1].startswith(
         f"cannot be resumed: {folder} holds no checkpoint (it was started with "
         "checkpoint-every = 0); to start again in a new folder: "
@@ -188,7 +182,9 @@ def test_a_real_full_disk_under_flwr_run_is_one_line_with_true_advice(tmp_path):
         failed, last = proc.stderr.strip().splitlines()[-2:]
         assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
         assert failed.startswith(f"failed: no space left on device while writing {folder}/")
-        assert failed.endswith(f"continue it from its checkpoint with resume-from='{folder}'")
+        assert "resume-from" not in failed  # said once, by the last line
+        said = "free space on the disk, then continue the run from its checkpoint with resume-from"
+        assert f"{said}='{folder}'" in proc.stdout  # the ServerApp's own line
         assert last.startswith("to continue after round "), last
         assert "Traceback" not in proc.stdout + proc.stderr
         assert temporaries(folder) == []

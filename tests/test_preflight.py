@@ -11,7 +11,6 @@ from task_settings import make_settings, refused_before_start
 from fedcgd_config.settings import default_run_config
 from fedcgd_task.datasets import load_data
 from fedcgd_task.partition import partition_indices
-from server_app.checkpoint import CHECKPOINT_FILE
 from server_app.run_folder.run_status import (
     COMPLETED,
     FAILED,
@@ -99,15 +98,9 @@ def test_run_outcome_reads_the_status_written_since_the_launch_and_refuses_a_hug
     assert run_outcome(tmp_path, written + 1.0).code == 1  # an older run's status
     write_status(tmp_path, RunStatus(FAILED, 3, 5, reason="RuntimeError: boom"))
     assert run_outcome(tmp_path, 0.0).message == "failed: RuntimeError: boom"
-    write_status(tmp_path, RunStatus(RUNNING, 3, 5))
-    stopped = run_outcome(tmp_path, 0.0)  # killed before any checkpoint: resume is impossible
-    assert stopped.code == 1 and "resume-from" not in stopped.message
-    assert "run it again in a new folder" in stopped.message
-    (tmp_path / CHECKPOINT_FILE).write_bytes(b"a checkpoint")
-    stopped = run_outcome(tmp_path, 0.0)
-    assert stopped.code == 1 and f"resume-from='{tmp_path}'" in stopped.message
-    write_status(tmp_path, RunStatus(STOPPED, 4, 5, reason="stopped by SIGTERM"))
+    write_status(tmp_path, RunStatus(RUNNING, 3, 5))  # how it continues: the command's last line
     assert run_outcome(tmp_path, 0.0).message == (
-        "failed: stopped by SIGTERM after round 4 of 5; continue it from its checkpoint with "
-        f"resume-from='{tmp_path}'"
+        "failed: the run stopped after round 3 of 5 without finishing (killed?)"
     )
+    write_status(tmp_path, RunStatus(STOPPED, 4, 5, reason="stopped by SIGTERM"))
+    assert run_outcome(tmp_path, 0.0).message == "failed: stopped by SIGTERM after round 4 of 5"

@@ -108,8 +108,8 @@ def test_a_folder_that_holds_a_run_or_is_a_file_is_refused_and_left_alone(capsys
     assert target.read_text() == "keep me"
     code, _, err = main_code(capsys, **overrides(target / "run"))  # a folder inside the file
     assert code == 2 and err == [
-        f"error: run-config key 'result-dir' = '{target / 'run'}' cannot be created: "
-        f"'{target}' is a file"
+        f"error: run-config key 'result-dir' = '{target / 'run'}' cannot be created (Not a "
+        "directory)"
     ]
 
 

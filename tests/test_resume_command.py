@@ -27,7 +27,7 @@ from experiments.cli.options import given_options, started_as
 from experiments.run.resume_command import single_run_line
 from experiments.run.run_config import format_run_config as run_config_text
 from fedcgd_config.schema import PROJECT_DIR
-from server_app.run_folder.run_status import COMPLETED, FAILED, RUNNING, RunStatus, write_status
+from server_app.run_folder.run_status import FAILED, RUNNING, RunStatus, write_status
 
 CONTINUE = "to continue after round "
 NO_CHECKPOINT = "cannot be resumed: "
@@ -202,8 +202,6 @@ def stand_in_checkpoint(folder: Path, server_round: int) -> None:
 @pytest.mark.parametrize(
     ("status", "files", "every", "says"),
     [
-        (RunStatus(COMPLETED, 50, 50), ("checkpoint.pt", "model.pt"), 1,
-         "nothing to continue: the run completed; results in {}"),
         (RunStatus(FAILED, 50, 50, reason="no device uploaded"), ("checkpoint.pt", "model.pt"), 1,
          "nothing to continue: all 50 rounds ran; results in {}"),
         # round 8's checkpoint never written: the checkpoint's own round is named

@@ -157,10 +157,7 @@ def run_reason(
     reason = outcome.message.removeprefix("failed: ") if outcome.code else "completed"
     errors = [m.group(1) for x in output.splitlines() if (m := ERROR.match(strip_ansi(x)))]
     if errors and failure is None and failure_from_output(output) is None:
-        try:
-            status = read_status(plan.result_dir) if outcome.code else None
-        except ValueError:
-            status = None
+        status = read_status(plan.result_dir, quiet=True) if outcome.code else None
         if status is None or status.state != FAILED:
             reason = errors[0].strip()  # the simulation crashed before the ServerApp said why
     return shortened(reason) if code == 0 else f"exit code {code}: {shortened(reason)}"
@@ -168,10 +165,7 @@ def run_reason(
 
 def kept_failure(folder: Path) -> str | None:
     """Why a kept run (its rounds all run) failed, as its status says; None: it completed."""
-    try:
-        status = read_status(folder)
-    except ValueError:
-        return None  # its files were read at planning; a torn status changes no row
+    status = read_status(folder, quiet=True)  # read at planning: a torn one changes no row
     if status is None or status.state != FAILED:
         return None
     return f"failed earlier: {shortened(status.reason or 'no reason recorded')}"

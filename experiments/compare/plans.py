@@ -14,7 +14,7 @@ from fedcgd_config.settings import unread_settings
 from server_app.run_folder.files import read_json_object
 from server_app.run_folder.folder_lock import FolderClaim, claim_folder, probe_free
 from server_app.run_folder.results import CHECKPOINT_FILE, CONFIG_FILE, SUMMARY_FILE
-from server_app.run_folder.run_status import flat_settings, settings_differences
+from server_app.run_folder.run_status import flat_settings
 
 ENGINES = ("simulation", "deployment", "inprocess")
 #: What :func:`plan_run` decides for one (policy, seed).
@@ -158,14 +158,13 @@ def plan_run(policy: str, seed: int, result_dir: Path, shared: Mapping[str, Any]
             return PlannedRun(policy, seed, result_dir, overrides, RUN)
         overrides["resume-from"] = str(result_dir)
         return PlannedRun(policy, seed, result_dir, overrides, RESUME)
-    asked = parse_run_config(with_resolved_data_dir(validated_run_config(overrides))).to_dict()
-    kept = read_json_object(result_dir / CONFIG_FILE)
-    ignore = unread_settings(asked)
-    if keys := settings_differences(kept, asked, ignore=ignore, requested_keys_only=True):
-        change = settings_change(flat_settings(kept), flat_settings(asked), keys)
+    settings = parse_run_config(with_resolved_data_dir(validated_run_config(overrides))).to_dict()
+    asked, ignore = flat_settings(settings), unread_settings(settings)
+    kept = flat_settings(read_json_object(result_dir / CONFIG_FILE))
+    if keys := sorted(k for k in asked if k not in ignore and kept.get(k) != asked[k]):
         raise ValueError(
-            f"{result_dir}: {change}; a kept run's settings may not change: give another "
-            "output folder, or remove its runs to run them again"
+            f"{result_dir}: {settings_change(kept, asked, keys)}; a kept run's settings may not "
+            "change: give another output folder, or remove its runs to run them again"
         )
     summarise(result_dir)  # refused now if damaged; its row is read again at the end
     return PlannedRun(policy, seed, result_dir, overrides, KEEP)

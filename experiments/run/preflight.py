@@ -151,7 +151,6 @@ def check_before_start(run_config: Mapping[str, Any]) -> RunConfig:
     from fedcgd_task.training import compute_device
     from server_app.checkpoint import check_resume, load_checkpoint
     from server_app.config import parse_run_config
-    from server_app.run_folder.folder_lock import refuse_links
     from server_app.run_folder.results import check_new_result_dir
     from server_app.setup import build_setup, build_uplink
 
@@ -160,9 +159,7 @@ def check_before_start(run_config: Mapping[str, Any]) -> RunConfig:
     build_uplink(config, np.random.default_rng(config.seed), first_round=0)  # trace, your class
     key = "resume-from" if run_config.get("resume-from") else "result-dir"
     if run_config.get(key):  # a resume-from that cannot go on, a result-dir a run cannot use
-        folder, where = Path(str(run_config[key])).expanduser(), f"run-config key '{key}'"
-        if os.path.lexists(folder):  # its locks: probed by claim_run and by plan_points
-            refuse_links(folder, where)
+        folder = Path(str(run_config[key])).expanduser()  # links, locks: refused by the claim
         if key == "resume-from":
             check_resume(config)
         else:

@@ -326,10 +326,8 @@ def settle_stopped(folders: Sequence[Path]) -> None:
     from server_app.run_folder.run_status import RUNNING, mark_stopped, read_status
 
     def going(folder: Path) -> bool:
-        with suppress(ValueError):
-            status = read_status(folder)
-            return status is not None and status.state == RUNNING
-        return False
+        status = read_status(folder, quiet=True)
+        return status is not None and status.state == RUNNING
 
     deadline = time.monotonic() + STOP_GRACE_S
     while any(going(f) for f in folders) and time.monotonic() < deadline:

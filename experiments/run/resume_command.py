@@ -13,18 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from server_app.run_folder.results import CHECKPOINT_FILE, MODEL_FILE
-from server_app.run_folder.run_status import COMPLETED, read_status
+from server_app.run_folder.run_status import read_status
 
 
 def fedcgd_command(words: Sequence[str]) -> str:
     """``fedcgd <words>`` quoted for a shell (the script beside this interpreter, else ``-m``)."""
     script = Path(sys.executable).with_name("fedcgd")
     program = [str(script)] if script.is_file() else [sys.executable, "-m", "experiments.cli"]
-    try:
+    if Path(program[0]).is_relative_to(Path.cwd()):
         shown = str(Path(program[0]).relative_to(Path.cwd()))
         program[0] = shown if "/" in shown else f"./{shown}"  # not looked up on PATH
-    except ValueError:
-        pass
     return shlex.join([*program, *words])
 
 
@@ -65,21 +63,16 @@ def continue_line(
 def single_run_line(result_dir: Path, resume: str, again: str, checkpoint_every: int) -> str:
     """The last line of a single run that stopped: how it continues (``resume``, ``again``)."""
     folder = Path(result_dir)
-    try:
-        status = read_status(folder)
-    except ValueError:  # unreadable: say what the files say
-        status = None
-    if status is not None and status.state == COMPLETED:
-        return f"nothing to continue: the run completed; results in {folder}"
-    if status is not None and status.last_round >= status.num_server_rounds:
-        if (folder / MODEL_FILE).is_file():
-            rounds = status.num_server_rounds
-            return f"nothing to continue: all {rounds} rounds ran; results in {folder}"
+    status = read_status(folder, quiet=True)  # unreadable: say what the other files say
+    total = f" of {status.num_server_rounds}" if status else ""
+    if status and status.last_round >= status.num_server_rounds and (folder / MODEL_FILE).exists():
+        return (
+            f"nothing to continue: all {status.num_server_rounds} rounds ran; results in {folder}"
+        )
     if (folder / CHECKPOINT_FILE).is_file():
         from server_app.checkpoint import checkpoint_round
 
         done = checkpoint_round(folder)
-        total = f" of {status.num_server_rounds}" if status is not None else ""
         where = "from its checkpoint" if done is None else f"after round {done}{total}"
         return f"to continue {where}: {resume}"
     why = "it stopped before its first checkpoint"
@@ -91,13 +84,12 @@ def single_run_line(result_dir: Path, resume: str, again: str, checkpoint_every:
     )
 
 
-def rerun_line(command: str | None) -> str:
+def rerun_line(command: str) -> str:
     """The last line of a comparison or preset that stopped."""
-    line = (
-        "to go on, run the same command again (completed runs are kept, stopped ones "
-        "continue from their checkpoints)"
+    return (
+        "to go on, run the same command again (completed runs are kept, stopped ones continue "
+        f"from their checkpoints): {command}"
     )
-    return line if command is None else f"{line}: {command}"
 
 
 #: What makes the line a command ends with when it stops early (the last one put in counts).

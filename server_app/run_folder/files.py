@@ -1,9 +1,6 @@
-"""A run folder's files and the one handling of SIGINT / SIGTERM.
-
-Files are written whole (temp file, ``os.replace``) or appended, never through a link, with stop
-signals held back meanwhile; they are read with bounds. A signal is noted, held while files are
-written, then raised. See docs/design.md, "Result folders", "Failed writes" and "Stopped runs".
-"""
+"""A run folder's files (written whole or appended, never through a link, read with bounds) and
+the one handling of SIGINT / SIGTERM (held while files are written). See docs/design.md.
+"""  # noqa: D205
 
 from __future__ import annotations
 
@@ -39,10 +36,8 @@ class Interrupted(OneLineMessage, BaseException):
 
 @contextlib.contextmanager
 def watching(interrupt: bool = False) -> Iterator[list[int]]:
-    """In the block, note SIGINT and SIGTERM (yielded), hold them in :func:`held`, then raise
-    :class:`Interrupted` for the first (``interrupt``; repeats: ignored) or call the previous
-    handler. Main thread only: elsewhere Python runs no handler.
-    """  # noqa: D205
+    """Note SIGINT / SIGTERM (yielded); raise :class:`Interrupted` for the first (``interrupt``),
+    else call the previous handler; held in :func:`held`. Main thread only (Python's rule)."""  # noqa: D205, D209
     noted: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield noted
@@ -111,8 +106,9 @@ def exit_code_stopping_on_signals(
             return command()
         except Interrupted as stop:
             code = 128 + stop.signum
-            told = f"{stop}: every process of the run was stopped (exit code {code})"
-            print(told, file=sys.stderr, flush=True)
+            print(
+                f"{stop}: every process of the run was stopped (exit code {code})", file=sys.stderr
+            )
             if last_words is not None and (line := last_words()):
                 print(line, file=sys.stderr, flush=True)
             return code
@@ -152,9 +148,8 @@ def atomic_write(
     *,
     durable: bool = True,
 ) -> Path:
-    """Replace ``path`` by ``content`` (text, bytes, or a function writing a binary handle)
-    through an exclusive temporary file beside it (fsynced when ``durable``), renamed over it.
-    """  # noqa: D205
+    """Replace ``path`` by ``content`` (text, bytes, or a writer of a binary handle) through a
+    new temporary file beside it (fsynced when ``durable``) renamed over it."""  # noqa: D205, D209
     target = Path(path)
     with writing(target):
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")

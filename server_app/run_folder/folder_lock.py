@@ -95,26 +95,23 @@ def let_go(lock: FileLock | None) -> None:
 def refuse_links(folder: Path, key: str) -> None:
     """Refuse (ValueError, one line naming ``key``) a folder that is a link or holds one."""
     if folder.is_symlink():
-        raise ValueError(
-            f"{key}: '{folder}' is a symbolic link; give the folder itself (a result folder "
-            "is never reached through a link)"
-        )
+        raise ValueError(f"{key}: '{folder}' is a symbolic link; give the folder itself")
     try:
-        links = sorted(entry.name for entry in os.scandir(folder) if entry.is_symlink())
+        links = sorted(repr(entry.name) for entry in os.scandir(folder) if entry.is_symlink())
     except (FileNotFoundError, NotADirectoryError):  # nothing to hold links: others refuse it
         return
     except OSError as err:
         raise ValueError(f"{key}: '{folder}' cannot be listed ({err.strerror})") from err
     if links:
-        shown = ", ".join(repr(name) for name in links[:3]) + (", ..." if len(links) > 3 else "")
         raise ValueError(
-            f"{key}: '{folder}' holds a symbolic link ({shown}); a result folder must hold none "
-            "(a write could follow it out of the folder): remove it or give another folder"
+            f"{key}: '{folder}' holds a symbolic link ({', '.join(links[:3])}); a result folder "
+            "holds none (a write could follow it out): remove it or give another folder"
         )
 
 
 def probe_free(folder: Path, key: str) -> None:
-    """Refuse a folder whose owner or writer lock an unrelated process holds; creates nothing."""
+    """Refuse a folder that holds a link or whose lock another process holds; creates nothing."""
+    refuse_links(folder, key)
     for name in LOCK_FILES:
         if os.path.lexists(folder / name):
             let_go(take_lock(folder, name, key, shared=name == LOCK_FILE))

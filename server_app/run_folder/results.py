@@ -1,14 +1,10 @@
-"""A run's result files, progress lines and which code computed it.
-
-See docs/running.md, "What a run writes"; docs/design.md, "Which code computed a run".
-"""
+"""A run's result files, progress lines and which code computed it (docs/running.md)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import math
-import os
 import platform
 import time
 from collections.abc import Mapping, Sequence
@@ -26,24 +22,15 @@ from server_app.run_folder.files import (
     sync_files,
 )
 
-CONFIG_FILE = "config.json"
-METRICS_FILE = "metrics.jsonl"
-SUMMARY_FILE = "summary.json"
-STATUS_FILE = "status.json"
-MODEL_FILE = "model.pt"
-CHECKPOINT_FILE = "checkpoint.pt"
+CONFIG_FILE, METRICS_FILE, SUMMARY_FILE = "config.json", "metrics.jsonl", "summary.json"
+STATUS_FILE, MODEL_FILE, CHECKPOINT_FILE = "status.json", "model.pt", "checkpoint.pt"
 #: Files whose presence means a folder already holds a run's results.
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, MODEL_FILE, CHECKPOINT_FILE, STATUS_FILE)
 #: Longest line of ``metrics.jsonl`` read (bytes).
 MAX_METRICS_LINE_BYTES = 16 * 2**20
 #: The packages whose sources decide what a run computes (not plots, launchers, benchmarks).
-COMPUTING_PACKAGES = (
-    "channel",
-    "client_app",
-    "fedcgd_config",
-    "fedcgd_strategy",
-    "fedcgd_task",
-    "server_app",
+COMPUTING_PACKAGES = tuple(
+    "channel client_app fedcgd_config fedcgd_strategy fedcgd_task server_app".split()
 )
 #: Libraries whose versions can change a run's arithmetic.
 LIBRARIES = ("numpy", "scipy", "torch", "flwr")
@@ -88,9 +75,7 @@ def code_entries(
     ):
         unknown = {"digest": "unknown", "versions": {}, "from_round": 1}  # recorded none
         return [entry] if recorded is None or from_round == 1 else [unknown, entry]
-    if kept and kept[-1]["digest"] == current["digest"]:
-        return [dict(e) for e in kept]
-    return [*(dict(e) for e in kept), entry]
+    return list(kept) if kept and kept[-1]["digest"] == current["digest"] else [*kept, entry]
 
 
 def run_digests(config: Mapping[str, Any] | None) -> str:
@@ -206,24 +191,14 @@ def holds_run(result_dir: str | Path) -> bool:
 
 
 def check_new_result_dir(result_dir: str | Path) -> None:
-    """Refuse (one line) a folder a new run cannot use: a file, a run's, or not creatable."""
+    """Refuse (one line) a folder holding a run's results (the claim refuses the rest)."""
     folder = Path(result_dir)
-    key = f"run-config key 'result-dir' = '{folder}'"
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"{key} is a file; give a new or empty folder")
-    if holds_run(folder):
-        present = ", ".join(name for name in RUN_FILES if (folder / name).exists())
+    if present := [name for name in RUN_FILES if (folder / name).exists()]:
         raise ValueError(
-            f"{key} already holds a run's results ({present}); choose a new folder, or "
-            f"continue that run with resume-from='{folder}'"
+            f"run-config key 'result-dir' = '{folder}' already holds a run's results "
+            f"({', '.join(present)}); choose a new folder, or continue that run with "
+            f"resume-from='{folder}'"
         )
-    ancestor = folder
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise ValueError(f"{key} cannot be created: '{ancestor}' is a file")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ValueError(f"{key} cannot be created: no write permission in '{ancestor}'")
 
 
 def read_metrics_lines(
@@ -233,6 +208,7 @@ def read_metrics_lines(
     path = Path(result_dir) / METRICS_FILE
     resume = through_round is not None
     where = f"run-config key 'resume-from': {path}" if resume else str(path)
+    after = "the folder cannot be resumed" if resume else "it was edited or damaged"
     lines: list[dict[str, Any]] = []
     try:
         with path.open("rb") as handle:
@@ -247,15 +223,12 @@ def read_metrics_lines(
                 elif (raw.strip() and raw.endswith(b"\n")) or len(raw) > MAX_METRICS_LINE_BYTES:
                     raise ValueError(
                         f"{where} line {number} is not a metrics line (a JSON object with an "
-                        "integer round); "
-                        + ("the folder cannot be resumed" if resume else "it was edited or damaged")
+                        f"integer round); {after}"
                     )
     except OSError as err:
         if not resume:
             raise
-        raise ValueError(
-            f"{where} cannot be read ({err.strerror}); the folder cannot be resumed"
-        ) from err
+        raise ValueError(f"{where} cannot be read ({err.strerror}); {after}") from err
     if through_round is None:
         return lines
     kept = [x for x in lines if x["round"] <= through_round]

@@ -1,7 +1,4 @@
-"""What a run folder says about its run: status, exit code and last line, settings, runs table.
-
-See docs/design.md, "Result folders".
-"""
+"""What a run folder says about its run: status, exit code and its line, settings, runs table."""
 
 from __future__ import annotations
 
@@ -18,19 +15,12 @@ from fedcgd_config.imports import first_line
 from fedcgd_config.schema import flatten
 from fedcgd_strategy.errors import OneLineMessage
 from server_app.run_folder.files import Interrupted, atomic_write, read_json_object
-from server_app.run_folder.results import (
-    CHECKPOINT_FILE,
-    CONFIG_FILE,
-    STATUS_FILE,
-    read_metrics_lines,
-)
+from server_app.run_folder.results import CONFIG_FILE, STATUS_FILE, read_metrics_lines
 
 RUNNING, COMPLETED, FAILED, STOPPED = "running", "completed", "failed", "stopped"
 STATES = (RUNNING, COMPLETED, FAILED, STOPPED)
 #: The ServerApp prints ``run failed: <line>``; the commands read it back.
 FAILURE_MARKER = "run failed: "
-#: Settings a ``config.json`` may lack, with the value it then compares as.
-SETTINGS_ADDED_LATER: dict[str, Any] = {"aggregator": ""}
 
 
 @dataclass(frozen=True)
@@ -92,29 +82,6 @@ def ended_by(
     return RunStatus(state, last_round, num_server_rounds, reason, **lost_counts(lines))
 
 
-def resume_advice(result_dir: Path, *, when: str = "") -> str:
-    """What an unfinished run can do next (after ``when``): resume, or run again elsewhere."""
-    first = f"{when}, then " if when else ""
-    if (Path(result_dir) / CHECKPOINT_FILE).is_file():
-        return f"{first}continue it from its checkpoint with resume-from='{result_dir}'"
-    return (
-        f"{first}run it again in a new folder: '{result_dir}' holds no checkpoint to resume "
-        "from (checkpoint-every = 0, or stopped before the first one)"
-    )
-
-
-def failure_line(err: BaseException, result_dir: Path) -> str:
-    """:func:`one_line` of ``err``, followed by :func:`resume_advice` after a failed write."""
-    text = one_line(err)
-    disk_full = getattr(err, "disk_full", None)
-    if disk_full is not None:
-        when = "free space on the disk" if disk_full else "fix the file system"
-        written = getattr(err, "path", None)
-        folder = Path(written).parent if written else Path(result_dir)
-        text += f"; {resume_advice(folder, when=when)}"
-    return text
-
-
 def failure_from_output(output: str) -> str | None:
     """The last ``run failed: ...`` line the ServerApp printed (without the marker), or None."""
     found = [line.partition(FAILURE_MARKER)[2] for line in output.splitlines()]
@@ -129,20 +96,17 @@ def write_status(result_dir: Path, status: RunStatus, *, durable: bool = True) -
 
 def mark_stopped(result_dir: Path, reason: str) -> None:
     """Record a run stopped from outside its process: ``running`` becomes ``stopped``."""
-    try:
-        status = read_status(result_dir)
-    except ValueError:
-        return
-    if status is not None and status.state == RUNNING:
+    if (status := read_status(result_dir, quiet=True)) is not None and status.state == RUNNING:
         write_status(result_dir, replace(status, state=STOPPED, reason=reason))
 
 
-def read_status(result_dir: Path) -> RunStatus | None:
-    """The run status of ``result_dir`` (None: no ``status.json``); ValueError when invalid."""
+def read_status(result_dir: Path, *, quiet: bool = False) -> RunStatus | None:
+    """The run status of ``result_dir`` (None: no ``status.json``, or ``quiet`` and invalid);
+    ValueError when invalid."""  # noqa: D205, D209
     path = Path(result_dir) / STATUS_FILE
-    if not path.is_file():
-        return None
     try:
+        if not path.is_file():
+            return None
         data = read_json_object(path)
         reason = data.get("reason")
         return RunStatus(
@@ -151,6 +115,8 @@ def read_status(result_dir: Path) -> RunStatus | None:
             int(data.get("devices_lost", 0)), int(data.get("rounds_with_lost_devices", 0)),
         )  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError) as err:
+        if quiet:
+            return None
         raise ValueError(f"{path} is not a valid run status ({err})") from err
 
 
@@ -172,7 +138,7 @@ def run_outcome(
     ``run failed: ...`` line in ``output``, else its ``status.json`` if written since then.
     """  # noqa: D205
     if failure is not None:
-        return Outcome(1, f"failed: {failure_line(failure, result_dir)}")
+        return Outcome(1, f"failed: {one_line(failure)}")
     if (printed := failure_from_output(output)) is not None:
         return Outcome(1, f"failed: {printed}")
     try:
@@ -189,12 +155,11 @@ def run_outcome(
         return Outcome(0, f"completed: {status.last_round} rounds, results in {result_dir}{lost}")
     elif status.state == FAILED:
         why = str(status.reason)
-    else:
+    else:  # how it continues: the command's last line
         stopped = status.state == STOPPED
         why = (
             f"{status.reason if stopped else 'the run stopped'} after round {status.last_round} "
-            f"of {status.num_server_rounds}{'' if stopped else ' without finishing (killed?)'}; "
-            f"{resume_advice(result_dir)}"
+            f"of {status.num_server_rounds}{'' if stopped else ' without finishing (killed?)'}"
         )
     return Outcome(1, f"failed: {why}")
 
@@ -202,20 +167,6 @@ def run_outcome(
 def flat_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     """The dotted settings, their values normalised through JSON (tuples: lists)."""
     return json.loads(json.dumps(flatten(settings)))
-
-
-def settings_differences(
-    recorded: Mapping[str, Any],
-    requested: Mapping[str, Any],
-    *,
-    ignore: Iterable[str] = (),
-    requested_keys_only: bool = False,
-) -> list[str]:
-    """The dotted settings that differ between a run's ``config.json`` and ``requested``."""
-    before = {**SETTINGS_ADDED_LATER, **flat_settings(recorded)}
-    now = flat_settings(requested)
-    names = (set(now) if requested_keys_only else set(before) | set(now)) - set(ignore)
-    return sorted(k for k in names if before.get(k) != now.get(k))
 
 
 HEADER = ("folder", "policy", "aggregator", "seed", "rounds", "status", "final", "best", "lost")
@@ -244,7 +195,7 @@ def _row(folder: Path, root: Path) -> tuple[float, list[str]]:
     config: dict[str, Any] = _read(lambda: read_json_object(folder / CONFIG_FILE), {})
     started = _read(lambda: (folder / CONFIG_FILE).stat().st_mtime, 0.0) if config else 0.0
     task = config["task"] if isinstance(config.get("task"), dict) else {}
-    status: RunStatus | None = _read(lambda: read_status(folder), None)
+    status = read_status(folder, quiet=True)
     lines: list[dict[str, Any]] = _read(lambda: read_metrics_lines(folder), [])
     accuracies = [x["accuracy"] for x in lines if isinstance(x.get("accuracy"), int | float)]
     aggregator = config.get("aggregator", "?")
