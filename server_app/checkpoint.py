@@ -277,5 +277,6 @@ def claim_run_folder(
         raise
     for name in RUN_FILES if writer else ():  # the claim refused links
         for left in claim.folder.glob(f".{name}.*.tmp"):
-            left.unlink(missing_ok=True)
+            if left.is_file():  # a folder of that name is not ours to remove
+                left.unlink(missing_ok=True)
     return claim, config, plan
