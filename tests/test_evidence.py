@@ -121,10 +121,9 @@ def test_early_ratio_late_accuracy_and_the_indicator_test_by_hand() -> None:
     assert late_accuracy(lines, 0.5) == pytest.approx((0.6 + 0.8 + 1.0) / 3)
     assert math.isnan(late_accuracy([], 0.2))
     # ranks x 1 2 3 4, y 1 3 2 4: sum d^2 = 2, rho = 1 - 6 * 2 / (4 * 15) = 0.8
+    # exact p: |ρ| ≥ 0.8 (Σd² ≤ 2 or ≥ 18) in 8 of the 4! orders (1 + 3 swaps, reversed likewise)
     test = indicator_test([(0.1, 0.0), (0.2, 0.3), (0.3, 0.1), (0.4, 0.5), (math.nan, 1.0)])
-    assert test.n == 4 and test.rho == pytest.approx(0.8)
-    t = 0.8 * math.sqrt(2 / (1 - 0.64))
-    assert test.p_value == pytest.approx(2 * stats.t.sf(t, 2))
+    assert test.n == 4 and test.rho == pytest.approx(0.8) and test.p_value == pytest.approx(8 / 24)
     assert math.isnan(indicator_test([(1, 2), (2, 3)]).rho)  # under three points
     assert math.isnan(indicator_test([(1, 2), (2, 2), (3, 2)]).p_value)  # a constant gap
 
@@ -236,8 +235,8 @@ def test_the_indicator_command_pools_comparisons(
     assert code == 0
     said = capsys.readouterr().out.splitlines()
     # 2-round runs: Ĝ/σ̂ of rounds 1-2, not 1-50; 2 settings and 4 points are too few for a test
-    # (the exact p of 4 points cannot go below 2/4! = 1/12): no rho or p printed, though the
-    # pooled p in the table is 0 (ρ = 1 of 4 points, scipy's t approximation)
+    # (the exact p of 4 points cannot go below 2/4! = 1/12): no rho or p printed; the table's
+    # pooled p is that least one (ρ = 1 of 4 points, exact)
     assert said[0].startswith("Ĝ/σ̂ over rounds 1-2 (FedCGD-FSCD) against")
     assert said[0].endswith("2 settings (means over seeds), not testable across settings "
                             "(fewer than 3, or a constant variable)")  # fmt: skip
@@ -248,7 +247,7 @@ def test_the_indicator_command_pools_comparisons(
     assert [p["setting"] for p in read_csv(out / "indicator.csv")] == ["one", "one", "two", "two"]
     (summary,) = read_csv(out / "indicator_test.csv")
     assert float(summary["spearman_rho"]) == pytest.approx(1.0)
-    assert float(summary["p_value"]) == pytest.approx(0.0, abs=1e-12)
+    assert float(summary["p_value"]) == pytest.approx(2 / 24)
 
 
 @pytest.mark.parametrize(

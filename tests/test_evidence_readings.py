@@ -96,10 +96,6 @@ def _mean(preset: str, policy: str, sweep: str, column: str) -> float:
     return statistics.fmean(_column(preset, policy, sweep, column).values())
 
 
-def _run(preset: str, sweep: str, policy: str, seed: str, column: str) -> float:
-    return float(_by_seed(preset, policy, sweep)[seed][column])
-
-
 def _rounds(preset: str, policy: str, sweep: str) -> dict[str, int | None]:
     """Seed -> rounds to the target (None: never reached in the run)."""
     runs = _by_seed(preset, policy, sweep)
@@ -170,11 +166,7 @@ def _tied_settings() -> tuple[float, float, int]:
     near = [[abs(means[i] - means[j]) < min(halves[i], halves[j]) for j in k] for i in k]
     close = [i for i in k if any(near[i][j] for j in k if j != i)]
     tied = [max(means[j] for j in close) if i in close else means[i] for i in k]
-    ranks, gap_ranks = stats.rankdata(tied), stats.rankdata(gaps)
-    rho = float(np.corrcoef(ranks, gap_ranks)[0, 1])
-    orders = list(itertools.permutations(gap_ranks))
-    hits = sum(abs(np.corrcoef(ranks, o)[0, 1]) >= abs(rho) - 1e-12 for o in orders)
-    return rho, hits / len(orders), len(close)
+    return (*_spearman(list(zip(tied, gaps, strict=True))), len(close))
 
 
 def _least_tost(preset: str, sweep: str, policies: tuple[str, ...]) -> float:
@@ -232,34 +224,33 @@ def _points(name: str, setting: str | None = None) -> list[tuple[float, float]]:
     ]
 
 
-def _spearman(points: list[tuple[float, float]]) -> tuple[float, float]:
-    result = stats.spearmanr(*zip(*points, strict=True))
-    return float(result.statistic), float(result.pvalue)
+def _spearman(points: Any) -> tuple[float, float]:
+    """Spearman's ρ and its two-sided p: up to 8 points exact, by hand over every order of the
+    y ranks (the share of them with |ρ| at least as large), above scipy's t approximation."""
+    if len(points) > 8:
+        result = stats.spearmanr(*zip(*points, strict=True))
+        return float(result.statistic), float(result.pvalue)
+    x, y = (stats.rankdata(v) - (len(v) + 1) / 2 for v in zip(*points, strict=True))
+    norm = math.sqrt(x @ x * (y @ y))
+    rhos = np.array(list(itertools.permutations(y))) @ x / norm
+    return float(y @ x / norm), float(np.mean(np.abs(rhos) >= abs(y @ x / norm) - 1e-12))
 
 
 @functools.cache
-def _settings() -> dict[str, Any]:
-    """The pooled indicator by setting: the claim's level (the 7 settings' means) and beside it."""
+def _settings(rerun: bool = False) -> dict[str, Any]:
+    """The pooled indicator by setting: the claim's level (the 7 settings' means) and beside it;
+    ``rerun``: with the τ preset's points of today's code."""
     names = sorted({p["setting"] for p in _rows("mnist1d_pooled_indicator")})
     points = {k: _points("mnist1d_pooled", k) for k in names}
+    points |= {f"{LOCAL}/{s}": _points(TAU, s) for s in (TAU1, TAU5) if rerun}
     means = {k: np.mean(v, axis=0) for k, v in points.items()}
-
-    def rho(skip: str = "") -> float:
-        kept = [v for k, v in means.items() if k != skip]
-        return float(stats.spearmanr(*zip(*kept, strict=True)).statistic)
-
-    # the exact p: the pairings of the means at least as extreme, by hand over all 7!
-    x, y = (stats.rankdata(v) for v in zip(*means.values(), strict=True))
-    orders = np.array(list(itertools.permutations(range(len(x)))))
-    rhos = 1 - 6 * ((x - y[orders]) ** 2).sum(axis=1) / (len(x) * (len(x) ** 2 - 1))
     between = [means[k][0] for k, v in points.items() for _ in v]
     centred = [(a - means[k][0], b - means[k][1]) for k, v in points.items() for a, b in v]
     return {
-        "rho": rho(),
-        "extreme": (int(np.sum(np.abs(rhos) >= abs(rho()) - 1e-12)), len(orders)),
+        "exact": _spearman(list(means.values())),  # the pairings at least as extreme: p · 7!
         "between": 100 * np.var(between) / np.var([a for v in points.values() for a, _ in v]),
         "within": _spearman(centred),
-        "left out": {k: rho(skip=k) for k in names},
+        "left out": {k: _spearman([v for j, v in means.items() if j != k])[0] for k in names},
         "each": {k: _spearman(v) for k, v in points.items()},
         "points": points,
     }
@@ -336,7 +327,9 @@ def test_the_table_is_recomputed_from_its_runs(preset: str) -> None:
     # a resumed run lists each of its codes; the τ and r presets' runs of c307e0f recorded none
     # (``unknown``): docs/evidence.md shows their sources are those of the one digest
     digests = {d for run in _runs(preset) for d in run["code"].split()}
-    assert len(digests - {"unknown"}) == 1
+    (code,) = digests - {"unknown"}  # quoted where the docs give the table
+    where = {TAU: TABLE_II, LOCAL: TABLE_II, IMBALANCE: RATIO, DIRICHLET: ALPHA}
+    assert f"`{code}`" in _section(where.get(preset, "comparing.md"))
     assert "unknown" not in digests or preset in (LOCAL, IMBALANCE)
 
 
@@ -356,7 +349,7 @@ CELLS = {
     "bp": "best_p_value_vs_fedcgd_fscd", "sp": "rounds_sign_p_vs_fedcgd_fscd",
     "won": "rounds_later_vs_fedcgd_fscd", "lost": "rounds_earlier_vs_fedcgd_fscd",
     "tied": "rounds_tied_vs_fedcgd_fscd", "tp": "tost_p_vs_fedcgd_fscd",
-    "btp": "best_tost_p_vs_fedcgd_fscd", "reached": "reached_target",
+    "btp": "best_tost_p_vs_fedcgd_fscd", "reached": "reached_target", "ci": "final_accuracy_ci95",
 }  # fmt: skip
 #: Ĝ/σ̂ points: ``ρ <key>``, ``ρp <key>`` (its p), ``n <key>`` (how many).
 INDICATORS = {
@@ -408,10 +401,10 @@ EXTRA: dict[str, Callable[[], Any]] = {
     "Ĝσ τ5": lambda: [x for x, _ in _points(TAU, TAU5)],
     "gap τ1": lambda: [g for _, g in _points(TAU, TAU1)],
     "gap τ5": lambda: [g for _, g in _points(TAU, TAU5)],
-    "settings": lambda: _settings()["rho"],
-    "extreme": lambda: _settings()["extreme"][0],
-    "pairings": lambda: _settings()["extreme"][1],
-    "exact p": lambda: _settings()["extreme"][0] / _settings()["extreme"][1],
+    "settings": lambda: _settings()["exact"],  # ρ, exact p; ``rerun``: the τ points of today
+    "settings rerun": lambda: _settings(True)["exact"],
+    "extreme": lambda: _settings()["exact"][1] * math.factorial(7),
+    "pairings": lambda: math.factorial(7),
     "between %": lambda: _settings()["between"],
     "within": lambda: _settings()["within"],
     "left out": lambda: list(_settings()["left out"].values()),
@@ -421,6 +414,10 @@ EXTRA: dict[str, Callable[[], Any]] = {
     "sched α baselines": lambda: [
         _mean(DIRICHLET, p, a, SCHEDULED) for p in BASELINES for a in ALPHAS
     ],
+    "gs first τ5": lambda: sum(  # seeds where GS reaches 0.8 before every other policy
+        all(r < (_rounds(TAU, p, TAU5)[s] or math.inf) for p in PRESETS[TAU][2] if p != GS)
+        for s, r in _rounds(TAU, GS, TAU5).items()
+    ),
     "reached r9 gc": lambda: sum(r is not None for r in _rounds(IMBALANCE, GC, R9).values()),
     "d fscd reached": lambda: _mean(DIGITS, FSCD, "", "rounds_to_target"),  # each run reached
     "d bc reached": lambda: _mean(DIGITS, "bc", "", "rounds_to_target"),
@@ -460,8 +457,8 @@ EXTRA: dict[str, Callable[[], Any]] = {
 def _value(key: str) -> float:
     """The number ``{key}`` marks: :data:`EXTRA` (a pair's second by ``p``, a list's ``low`` or
     ``high``), ``ρ``/``ρp``/``n`` of :data:`INDICATORS`, ``run setting policy seed column``, or
-    ``setting policy column`` of :data:`SETTINGS`, :data:`POLICIES`, :data:`CELLS`; a leading
-    ``-`` negates it (a gap printed as "0.133 below")."""
+    ``setting policy column`` of :data:`SETTINGS`, :data:`POLICIES`, :data:`CELLS`, ``below
+    setting policy column`` (its seeds below FSCD's); a leading ``-`` negates it."""
     if key.startswith("-"):
         return -_value(key[1:])
     name, _, last = key.rpartition(" ")
@@ -472,10 +469,11 @@ def _value(key: str) -> float:
         got = EXTRA[key]()
         return float(got[0] if isinstance(got, tuple) else got)
     head, rest = key.split(" ", 1)
-    if head == "run":
-        setting, policy, seed, field = rest.split()
-        (preset, sweep), policy = SETTINGS[setting], POLICIES[policy]
-        return _run(preset, sweep, policy, seed, {"best": BEST, "final": FINAL}[field])
+    if head in ("run", "below"):  # a seed's run, or how many seeds are below FSCD's
+        setting, policy, *seed, field = rest.split()
+        (preset, sweep), column = SETTINGS[setting], {"best": BEST, "final": FINAL}[field]
+        ours, mine = (_column(preset, p, sweep, column) for p in (FSCD, POLICIES[policy]))
+        return mine[seed[0]] if seed else sum(mine[s] < ours[s] for s in mine)
     if head in ("ρ", "ρp", "n"):
         points = _points(*INDICATORS[rest])
         return len(points) if head == "n" else _spearman(points)[head == "ρp"]
@@ -508,11 +506,12 @@ PHRASES = {
         "{τ1 gc wemd} (10.10, 0.310), BC {τ1 bc sched} at {τ1 bc wemd} (17.67, 0.527), BN2 "
         "{τ1 bn2 sched} at {τ1 bn2 wemd} (17.39, 0.537), POC {τ1 poc sched} at {τ1 poc wemd} "
         "(13.71, 0.621), Fed-CBS {τ1 cbs sched} at {τ1 cbs wemd} (17.34, 0.536)",
-        "({τ1 fscd final} ± 0.211) is pulled down by its seed 2, which ends at "
+        "({τ1 fscd final} ± {τ1 fscd ci}) is pulled down by its seed 2, which ends at "
         "{run τ1 fscd 2 final} after a best of {run τ1 fscd 2 best}",
         "FSCD-Gc ({τ1 gc Δ}, p = {τ1 gc p}), GS ({τ1 gs Δ}, p = {τ1 gs p}) and BC ({τ1 bc Δ}, p = "
         "{τ1 bc p}) end above it, BN2 ({τ1 bn2 Δ}, p = {τ1 bn2 p}), POC ({τ1 poc Δ}, p = "
-        "{τ1 poc p}) and Fed-CBS ({τ1 cbs Δ}, p = {τ1 cbs p}) below. Its best accuracy "
+        "{τ1 poc p}) and Fed-CBS ({τ1 cbs Δ}, p = {τ1 cbs p}) below; seed by seed GS and BC end "
+        "below FSCD in {below τ1 gs final} of 5 seeds each. Its best accuracy "
         "({τ1 fscd best}) is above every other policy's: BC's by {-τ1 bc bΔ} (p = {τ1 bc bp}), "
         "Fed-CBS's by {-τ1 cbs bΔ} (p = {τ1 cbs bp}), POC's by {-τ1 poc bΔ} (p = {τ1 poc bp}), "
         "BN2's by {-τ1 bn2 bΔ} (p = {τ1 bn2 bp}), GS's by {-τ1 gs bΔ} (p = {τ1 gs bp}) and "
@@ -525,18 +524,19 @@ PHRASES = {
         "than BC, BN2, POC and Fed-CBS in {τ1 bc won} of 5 seeds (sign test p = {τ1 poc sp}, the "
         "smallest 5 seeds allow; {τ1 cbs sph} after Holm: the direction) and than GS and Gc in "
         "{τ1 gs won} of 5 (p = {τ1 gc sp})",
-        "ends at {τ5 fscd final} ± 0.025; GS ({τ5 gs Δ}, p = {τ5 gs p}; best {τ5 gs bΔ}, p = "
-        "{τ5 gs bp}), BC ({τ5 bc Δ}, p = {τ5 bc p}; best {τ5 bc bΔ}, p = {τ5 bc bp}) and FSCD-Gc "
-        "({τ5 gc Δ}, p = {τ5 gc p}; its seed 0 ends at {run τ5 gc 0 final} after a best of "
-        "{run τ5 gc 0 best})",
+        "ends at {τ5 fscd final} ± {τ5 fscd ci}; GS ({τ5 gs Δ}, p = {τ5 gs p}; best {τ5 gs bΔ}, "
+        "p = {τ5 gs bp}), BC ({τ5 bc Δ}, p = {τ5 bc p}; best {τ5 bc bΔ}, p = {τ5 bc bp}) and "
+        "FSCD-Gc ({τ5 gc Δ}, p = {τ5 gc p}; its seed 0 ends at {run τ5 gc 0 final} after a best "
+        "of {run τ5 gc 0 best})",
         "Fed-CBS (final {-τ5 cbs Δ}, p = {τ5 cbs p}; best {-τ5 cbs bΔ}, p = {τ5 cbs bp}), POC "
         "(final {-τ5 poc Δ}, p = {τ5 poc p}), BN2 (final {-τ5 bn2 Δ}, p = {τ5 bn2 p}) and FSCD-Gc "
         "in best accuracy ({-τ5 gc bΔ}, p = {τ5 gc bp})",
         "becomes {τ5 gc bph}; final accuracy against Fed-CBS {τ5 cbs ph})",
         "by the paired TOST at p = {τ5 bc btp}, but {τ5 bc btph} after Holm over the setting's 12 "
         "TOSTs: not shown similar; every other TOST has p ≥ {tost τ5 others least}",
-        "GS is earlier than FSCD in {τ5 gs lost} of 5 seeds (median {τ5 gs median} rounds against "
-        "{τ5 fscd median}; sign test p = {τ5 gs sp})",
+        "GS first in {gs first τ5} of 5 seeds, not significantly.** GS reaches 0.8 before all six "
+        "other policies in {gs first τ5} of 5 seeds and before FSCD in {τ5 gs lost} of 5 (median "
+        "{τ5 gs median} rounds against {τ5 fscd median}; sign test p = {τ5 gs sp})",
         "earlier in {τ5 bc won} of 5 seeds, later in {τ5 bc lost}, one tie (p = {τ5 bc sp}; median "
         "{τ5 fscd median} against {τ5 bc median} rounds)",
         "than Fed-CBS, POC and BN2 in {τ5 poc won} of 5 seeds (p = {τ5 bn2 sp}, {τ5 cbs sph} after "
@@ -550,10 +550,10 @@ PHRASES = {
         "{% gc τ1} % fewer devices at τ = 1 ({τ1 gc sched} against {τ1 cbs sched})",
         "and {% gc τ5} % fewer at τ = 5 ({τ5 gc sched} against {τ5 cbs sched})",
         "Ĝ/σ̂ is {Ĝσ τ1 low}–{Ĝσ τ1 high} at τ = 1 and {Ĝσ τ5 low}–{Ĝσ τ5 high} at τ = 5",
-        "ρ = {ρ τ1} (p = {ρp τ1}, {n τ1} points, gaps of {gap τ1 low} to {gap τ1 high}); at "
-        "τ = 5, ρ = {ρ τ5} (p = {ρp τ5}, {n τ5} points, gaps of {gap τ5 low} to {gap τ5 high}); "
-        "over the preset's {n τ} points, ρ = {ρ τ} (p = {ρp τ})",
-        "whose τ = 5 gave ρ = {ρ τ5 first}, p = {ρp τ5 first})",
+        "ρ = {ρ τ1} (exact p = {ρp τ1}, {n τ1} points, gaps of {gap τ1 low} to {gap τ1 high}); "
+        "at τ = 5, ρ = {ρ τ5} (exact p = {ρp τ5}, {n τ5} points, gaps of {gap τ5 low} to "
+        "{gap τ5 high}); over the preset's {n τ} points, ρ = {ρ τ} (p = {ρp τ})",
+        "whose τ = 5 gave ρ = {ρ τ5 first}, exact p = {ρp τ5 first})",
         "seed 0 ends at {run τ1 fscd 0 final} against {run τ1old fscd 0 final}",
         "final accuracy at τ = 1 is {τ1 fscd final} (it was {τ1old fscd final})",
         "FSCD against BC at 0.8 was {τ1old bc won} / {τ1old bc lost} and is {τ1 bc won} / "
@@ -588,14 +588,15 @@ PHRASES = {
     ],
     POOLED: [
         "pooled as if they were, ρ = {ρ pooled}, p = {ρp pooled}",
-        "Spearman ρ = {settings} over the 7 settings, exact permutation p = {exact p} ({extreme} "
-        "of the {pairings} pairings as extreme): not shown.", "{n pooled} points in 7 settings",
+        "Spearman ρ = {settings} over the 7 settings, exact permutation p = {settings p} "
+        "({extreme} of the {pairings} pairings as extreme): not shown.",
+        "{n pooled} points in 7 settings",
         "{between %} % of Ĝ/σ̂'s variance lies between the settings",
         "ρ = {within} (p = {within p})",
         "ranges from {left out low} (without r = 9) to {left out high}; without τ = 5 it is "
         "{without τ5}",
-        "Per setting (5 seeds each) ρ goes from {each low} to {each high}, only τ = 5's p below "
-        "0.05", "r ρ = {ρ r} (p = {ρp r})",
+        "Per setting (5 seeds each) ρ goes from {each low} to {each high}, none with an exact p "
+        "below 0.05 (the least, τ = 5's, {ρp τ5 first})", "r ρ = {ρ r} (p = {ρp r})",
     ],
     ALPHA: [
         "Against BC its lead is not significant at any α: at α = 1 neither in best accuracy "
@@ -614,7 +615,6 @@ PHRASES = {
         "seed 1, which ends at {run α10 fscd 1 final} after a best of {run α10 fscd 1 best} (its "
         "late mean over the last 240 rounds is {late α10 1}",
         "a fall of the step size, **not of the schedule**",
-        "code column says `1e6a98feee0c0b3a` for every one",
     ],
     PAPER: [
         "τ = 1: FSCD {τ1 fscd sched} ({τ1 fscd wemd}), GS {τ1 gs sched} ({τ1 gs wemd}), FSCD-Gc "
@@ -646,9 +646,19 @@ PHRASES = {
         "not shown (no gap significant after Holm; against BC neither a gap nor similarity)",
         "({α* gs won} of {α* gs n} untied pairs, Holm {α* gs sph})",
         "{τ5 gs lost} of 5 seeds (Holm {τ5 gs sph})",
-        "ρ = {settings}, exact p = {exact p} (7 settings could show it: the least exact p is "
+        "ρ = {settings}, exact p = {settings p} (7 settings could show it: the least exact p is "
         "2/5040); with the {tied n} settings whose Ĝ/σ̂ lie within each other's 95 % intervals "
-        "tied, ρ = {tied ρ}, exact p = {tied p}; within settings ρ = {within}",
+        "tied, ρ = {tied ρ}, exact p = {tied p}; within settings ρ = {within}; with the τ points "
+        "of the rerun (today's code) instead, ρ = {settings rerun}, exact p = {settings rerun p}",
+        # "Where the results disagree with the paper" (its words: test_the_readings_in_words)
+        "among the last, not on top (final {τ5 cbs Δ}, Holm {τ5 cbs ph})",
+        "Fed-CBS and BN2 (Holm ≥ {r3 bn2 bph})", "as α grows ({α.1 gs sched} → {α10 gs sched})",
+        "reaches 0.8 first ({α10 gs won} of 4 untied pairs, sign test p = {α10 gs sp})",
+        "over the r preset ({r* gc won} of {r* gc n} untied pairs, Holm {r* gc sph})",
+        "not the most accurate (best {τ1 gs bΔ} against FSCD, p = {τ1 gs bp})",
+        "does not reject (exact p = {settings p}; {settings rerun p} with the rerun's τ points)",
+        "seed 1 at α = 10 ends at {run α10 fscd 1 final} after a best of {run α10 fscd 1 best}",
+        "its seed 2 at τ = 1 falls too (best {run τ1 fscd 2 best}, final {run τ1 fscd 2 final})",
         "FSCD earlier than GS in {α10 gs won} seeds, later in none (sign test p = {α10 gs sp}, "
         "the least 4 untied pairs allow)",
         "τ = 1: BC {τ1 bc sched} devices (final {τ1 bc final}), Fed-CBS {τ1 cbs sched} "
@@ -742,14 +752,13 @@ def _pooled_rows(*names: str) -> list[tuple[str, ...]]:
 
 def test_the_readings_in_words() -> None:
     """What the docs say without a number: who is lowest, which seed, which settings are equal."""
-    # early Ĝ/σ̂ larger at τ = 1 in every seed; at τ = 1 FSCD's best above every other policy's
+    # early Ĝ/σ̂ larger at τ = 1 in every seed (FSCD's best above every other policy's: PHRASES)
     assert min(_points(TAU, TAU1))[0] > max(_points(TAU, TAU5))[0]
-    assert all(_paired_t_p(TAU, p, TAU1, BEST)[0] < 0 for p in PRESETS[TAU][2] if p != FSCD)
-    # pooled: each preset's points once (r = 1 is τ = 1); least without r = 9; only τ = 5's p
+    # pooled: each preset's points once (r = 1 is τ = 1); least without r = 9; least p τ = 5's
     assert _pooled_rows(LOCAL, IMBALANCE, DIRICHLET) == _pooled_rows("mnist1d_pooled")
     left_out = _settings()["left out"]
     assert min(left_out, key=left_out.__getitem__) == f"{IMBALANCE}/{R9}"
-    assert [k for k, (_, p) in _settings()["each"].items() if p < 0.05] == [f"{LOCAL}/{TAU5}"]
+    assert min(p for _, p in _settings()["each"].values()) == _value("ρp τ5 first") > 0.05
     # r = 1 is the first τ = 1 runs; BC the best baseline at r = 9; FSCD the lowest WEMD everywhere
     assert _same(LOCAL, TAU1) == _same(IMBALANCE, R1) and len(_same(IMBALANCE, R1)) == 35
     assert max(BASELINES, key=lambda p: _mean(IMBALANCE, p, R9, BEST)) == "bc"
@@ -758,6 +767,9 @@ def test_the_readings_in_words() -> None:
         assert min(wemd, key=wemd.__getitem__) == FSCD, sweep
     for policy, fmt in (("bc", ".2f"), ("poc", ".1f"), ("fedcbs", ".1f")):  # "stays at" over r
         assert len({format(_mean(IMBALANCE, policy, r, SCHEDULED), fmt) for r in (R1, R3, R9)}) == 1
+    for column in (FINAL, BEST):  # τ = 5: Fed-CBS "among the last" (of the last three)
+        assert sorted(PRESETS[TAU][2], key=lambda p: _mean(TAU, p, TAU5, column))[2] == "fedcbs"
+    assert _value("below τ1 bc final") == _value("below τ1 gs final")  # "in 3 of 5 seeds each"
 
 
 def _seven() -> list[tuple[str, str]]:
@@ -778,8 +790,7 @@ def test_which_tests_stay_significant_after_holm() -> None:
     assert min(tau1, key=tau1.__getitem__) == ("bn2", BEST) and min(tau1.values()) > 0.05
     assert min(tau5, key=tau5.__getitem__) == (GC, BEST) and min(tau5.values()) > 0.05
     r3 = _holm_accuracy(IMBALANCE, R3)
-    assert min(r3.values()) == r3[("bn2", BEST)] == pytest.approx(r3[("fedcbs", BEST)])
-    assert min(r3.values()) > 0.05
+    assert 0.05 < min(r3.values()) == r3[("bn2", BEST)] == pytest.approx(r3[("fedcbs", BEST)])
     r9 = _holm_accuracy(IMBALANCE, R9)
     assert max(r9[(p, BEST)] for p in BASELINES) == r9[("bn2", BEST)] < 0.05 < r9[(GC, BEST)]
     raw9 = {p: _paired_t_p(IMBALANCE, p, R9, BEST)[1] for p in BASELINES}
@@ -905,8 +916,8 @@ def test_the_paper_table() -> None:
     assert indicator.endswith("| not supported (the direction agrees, the test does not reject)")
     (solver,) = [r for k, r in rows.items() if k.startswith("solver figure")]
     assert "no test recomputes these" in solver and f"{228 / 5.16:.0f} times" in solver
-    curves = [r for r in rows.values() if "not committed" in r]
-    assert len(curves) == 2 and all("untested" in r or "contradicts" in r for r in curves)
+    curves = [r for k, r in rows.items() if "at the start" in k or "not committed" in r]
+    assert len(curves) == 3 and all("untested here" in r or "contradicts" in r for r in curves)
 
 
 #: The η tables of the falls: (the words before the table, its CSV, the η of its columns).

@@ -117,10 +117,12 @@ class IndicatorTest:
 
 
 def indicator_test(points: Sequence[tuple[float, float]]) -> IndicatorTest:
-    """``scipy.stats.spearmanr`` of (x, y) pairs; NaN under three finite points or a constant."""
+    """Spearman's ρ of (x, y) pairs, p exact up to 8 points; NaN under 3 points or a constant."""
     x = np.array([p for p in points if math.isfinite(p[0]) and math.isfinite(p[1])], dtype=float)
     if len(x) < 3 or np.ptp(x[:, 0]) == 0 or np.ptp(x[:, 1]) == 0:
         return IndicatorTest(len(x), math.nan, math.nan)
+    if math.factorial(len(x)) <= EXACT_PAIRINGS:
+        return setting_test(*x.T.tolist())
     result = stats.spearmanr(x[:, 0], x[:, 1])
     return IndicatorTest(len(x), float(result.statistic), float(result.pvalue))
 
