@@ -88,10 +88,7 @@ def test_the_launcher_refuses_a_certificates_folder_with_a_link_before_the_start
 ):
     from experiments.run import launcher
 
-    def started(*args, **kwargs):
-        raise AssertionError("the run started")
-
-    monkeypatch.setattr(launcher, "run_flwr", started)
+    monkeypatch.setattr(launcher, "run_flwr", lambda *a, **k: pytest.fail("the run started"))
     out = tmp_path / "certs"
     out.mkdir()
     (out / "ca.crt").symlink_to(tmp_path / "elsewhere.crt")

@@ -18,7 +18,7 @@ from subprocesses import FEDCGD, run_fedcgd
 from test_paths import hostile_folder
 
 from experiments.cli import invoke
-from experiments.run.flwr_run import LocalFederation, _free_port, executable, run_flwr
+from experiments.run.flwr_run import _free_port, executable, run_flwr
 from experiments.run.inprocess import run_inprocess
 from experiments.run.run_config import validated_run_config
 from server_app.run_folder.results import CONFIG_FILE, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
@@ -51,18 +51,6 @@ def test_flwr_run_simulation_learns_writes_results_and_equals_inprocess(tmp_path
     run_inprocess(config, cohorts=False)  # one device at a time, as flwr run computes each
     assert any(0 < x["num_scheduled"] < x["num_available"] for x in lines)  # bandwidth binds
     assert comparable(here) == comparable(out) and same_model(out, here)
-
-
-def test_every_started_process_is_stopped_by_pid(tmp_path):
-    federation = LocalFederation(tmp_path / "home", num_supernodes=2, simulation=False)
-    with federation:
-        pids = [p.pid for p in federation.processes]
-        assert len(pids) == 3
-        for pid in pids:
-            os.kill(pid, 0)  # running
-    for pid in pids:
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
 
 
 @pytest.mark.slow

@@ -36,9 +36,6 @@ def _slow_rank(scores, available):
     return sorted(devs, key=lambda i: (-scores[i], i))
 
 
-# --- best_effort_pack ---------------------------------------------------------------------------
-
-
 NEED = [3.0, 5.0, 2.0, INF, 1.0]
 
 
@@ -75,9 +72,6 @@ def test_pack_matches_slow_reference():
             mask = best_effort_pack(order, need, total, rule)
             assert set(np.flatnonzero(mask).tolist()) == _slow_pack(order, need, total, rule)
             assert need[mask].sum() <= total + 1e-12
-
-
-# --- BC / BN2 ----------------------------------------------------------------------------------
 
 
 def test_best_channel_hand_case_with_ties_nan_and_unavailable():
