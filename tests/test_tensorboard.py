@@ -9,6 +9,7 @@ import pytest
 from run_results import lines as lines_of
 from task_settings import checkpointed_run_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
 
 from experiments.run.inprocess import run_inprocess
 from server_app.recorder import SCALARS
@@ -61,8 +62,6 @@ def test_a_resumed_run_shows_each_round_once(tmp_path: Path) -> None:
 
 def hparams(folder: Path) -> dict[str, object]:
     """The run's settings as TensorBoard's HParams view reads them."""
-    from tensorboard.plugins.hparams import plugin_data_pb2
-
     events = EventAccumulator(str(folder))
     events.Reload()
     content = events.PluginTagToContent("hparams")
