@@ -56,7 +56,7 @@ def metrics_of(reply: Message) -> MetricRecord:
     return reply.content.metric_records[keys.METRICS]
 
 
-def test_info_reports_partition_and_size() -> None:
+def test_info_and_stats_replies_and_their_label_hists() -> None:
     reply = client.app(
         Message(RecordDict(), dst_node_id=101, message_type=keys.QUERY_INFO), context()
     )
@@ -68,9 +68,7 @@ def test_info_reports_partition_and_size() -> None:
     labels = load_digits_split()[0].labels[rows]
     assert m[keys.LOCAL_LABEL_HIST] == [int(np.sum(labels == c)) for c in range(10)]
     assert sum(m[keys.LOCAL_LABEL_HIST]) == 359
-
-
-def test_stats_reply_contents_and_label_hist_of_the_round_batches() -> None:
+    # the stats reply: its contents and the label histogram of the round's batches
     reply = client.app(message(keys.QUERY_STATS), context(3))
     m = metrics_of(reply)
     assert keys.ARRAYS not in reply.content.array_records
