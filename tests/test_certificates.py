@@ -16,10 +16,6 @@ from experiments.run import certificates
 from experiments.run.certificates import certificate_names, make_certificates
 
 
-def mode(path: Path) -> int:
-    return stat.S_IMODE(path.lstat().st_mode)
-
-
 def one_line(err: pytest.ExceptionInfo[ValueError]) -> str:
     text = str(err.value)
     assert "\n" not in text
@@ -44,8 +40,8 @@ def test_a_link_planted_in_the_folder_is_refused_and_its_target_untouched(tmp_pa
 def test_a_folder_that_is_a_link_or_a_link_planted_after_the_check_is_not_followed(
     tmp_path, monkeypatch
 ):
-    """The check aside, each file is created with O_EXCL | O_NOFOLLOW: a link that appears
-    between the check and the write (a race) makes the write fail, not follow it."""
+    """A folder that is a link is refused; the check aside, each file is made with O_EXCL |
+    O_NOFOLLOW: a link appearing between the check and the write (a race) makes it fail."""
     real = tmp_path / "real"
     real.mkdir()
     (tmp_path / "link").symlink_to(real)
@@ -150,4 +146,5 @@ def test_keys_are_never_readable_by_others_even_with_umask_zero(tmp_path):
     required = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     assert all(flags & required == required for _, flags in in_folder), in_folder
     for name in certificate_names(2):
-        assert mode(out / name) == (0o600 if name.endswith(".key") else 0o644), name
+        mode = 0o600 if name.endswith(".key") else 0o644
+        assert stat.S_IMODE((out / name).lstat().st_mode) == mode, name

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from doc_pages import PROJECT
 from run_results import comparable, same_model
-from subprocesses import FEDCGD, run_fedcgd
+from subprocesses import FEDCGD, run_fedcgd, run_ok
 from test_paths import hostile_folder
 
 from experiments.cli import invoke
@@ -82,15 +82,6 @@ def readme_flower_block() -> tuple[dict[str, str], list[str]]:
     return {name: value}, shlex.split(run)
 
 
-def listening_pid(port: int) -> int:
-    """The PID listening on 127.0.0.1:``port``, as the README finds it (``ss -ltnpH``)."""
-    shown = subprocess.run(
-        ["ss", "-ltnpH", f"sport = :{port}"], capture_output=True, text=True, check=True
-    ).stdout
-    (pid,) = set(re.findall(r"pid=(\d+)", shown))
-    return int(pid)
-
-
 def test_a_bare_flwr_run_names_the_fix_at_once_and_the_fix_runs(tmp_path):
     """README's ``flwr run .`` without ``--federation-config``: one line naming the command, no
     folder; that command completes; the SuperLink it left is stopped by the PID ``ss`` shows."""
@@ -132,9 +123,10 @@ def test_a_bare_flwr_run_names_the_fix_at_once_and_the_fix_runs(tmp_path):
         )
         status = json.loads((tmp_path / "fixed" / "status.json").read_text())
         assert status["state"] == "completed"
-    finally:
-        pid = listening_pid(port)
-        os.kill(pid, 15)
+    finally:  # the PID listening on the port, as the README finds it (ss -ltnpH)
+        ss = ["ss", "-ltnpH", f"sport = :{port}"]
+        (pid,) = set(re.findall(r"pid=(\d+)", run_ok(ss, timeout=30).stdout))
+        os.kill(int(pid), 15)
         for _ in range(100):
             listening = ["ss", "-ltnH", f"sport = :{port}"]
             if not subprocess.run(listening, capture_output=True, text=True).stdout.strip():
