@@ -19,6 +19,7 @@ from run_results import assert_same_run, lines, whole_run
 from test_resume_command import CONTINUE, printed_command, run_config_text, run_verbatim
 
 from experiments.cli import invoke
+from experiments.run import flwr_run
 from server_app.run_folder.files import Interrupted, atomic_write, held
 from server_app.run_folder.run_status import (
     COMPLETED,
@@ -175,8 +176,6 @@ def test_a_signal_during_a_write_is_delivered_after_it_once_and_other_threads_ho
 def test_a_run_stopped_under_flwr_run_is_recorded_stopped(tmp_path: Path, monkeypatch, state):
     """``flwr run``'s ServerApp is stopped by PID and cannot record it: the command that ran it
     (the launcher, a comparison) does, once every process is gone; nothing else changes."""
-    from experiments.run import flwr_run
-
     folder, reason = tmp_path / "run", "it broke" if state == FAILED else None
     folder.mkdir()
     if state is not None:
