@@ -16,10 +16,6 @@ from experiments.run import certificates
 from experiments.run.certificates import certificate_names, make_certificates
 
 
-def mode(path: Path) -> int:
-    return stat.S_IMODE(path.lstat().st_mode)
-
-
 def one_line(err: pytest.ExceptionInfo[ValueError]) -> str:
     text = str(err.value)
     assert "\n" not in text
@@ -41,7 +37,11 @@ def test_a_link_planted_in_the_folder_is_refused_and_its_target_untouched(tmp_pa
     assert [p.name for p in out.iterdir()] == [name]  # nothing written beside it
 
 
-def test_a_folder_that_is_a_link_is_refused(tmp_path):
+def test_a_folder_that_is_a_link_or_a_link_planted_after_the_check_is_not_followed(
+    tmp_path, monkeypatch
+):
+    """A folder that is a link is refused; the check aside, each file is made with O_EXCL |
+    O_NOFOLLOW: a link appearing between the check and the write (a race) makes it fail."""
     real = tmp_path / "real"
     real.mkdir()
     (tmp_path / "link").symlink_to(real)
@@ -49,11 +49,6 @@ def test_a_folder_that_is_a_link_is_refused(tmp_path):
         make_certificates(tmp_path / "link", supernodes=1)
     assert "is a symbolic link" in one_line(err)
     assert list(real.iterdir()) == []
-
-
-def test_a_link_planted_after_the_check_is_not_followed(tmp_path, monkeypatch):
-    """The check aside, each file is created with O_EXCL | O_NOFOLLOW: a link that appears
-    between the check and the write (a race) makes the write fail, not follow it."""
     target = tmp_path / "precious.txt"
     target.write_text("keep me")
     out = tmp_path / "certs"
@@ -88,10 +83,7 @@ def test_the_launcher_refuses_a_certificates_folder_with_a_link_before_the_start
 ):
     from experiments.run import launcher
 
-    def started(*args, **kwargs):
-        raise AssertionError("the run started")
-
-    monkeypatch.setattr(launcher, "run_flwr", started)
+    monkeypatch.setattr(launcher, "run_flwr", lambda *a, **k: pytest.fail("the run started"))
     out = tmp_path / "certs"
     out.mkdir()
     (out / "ca.crt").symlink_to(tmp_path / "elsewhere.crt")
@@ -154,4 +146,5 @@ def test_keys_are_never_readable_by_others_even_with_umask_zero(tmp_path):
     required = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     assert all(flags & required == required for _, flags in in_folder), in_folder
     for name in certificate_names(2):
-        assert mode(out / name) == (0o600 if name.endswith(".key") else 0o644), name
+        mode = 0o600 if name.endswith(".key") else 0o644
+        assert stat.S_IMODE((out / name).lstat().st_mode) == mode, name

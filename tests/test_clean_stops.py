@@ -19,6 +19,7 @@ from run_results import assert_same_run, lines, whole_run
 from test_resume_command import CONTINUE, printed_command, run_config_text, run_verbatim
 
 from experiments.cli import invoke
+from experiments.run import flwr_run
 from server_app.run_folder.files import Interrupted, atomic_write, held
 from server_app.run_folder.run_status import (
     COMPLETED,
@@ -143,7 +144,7 @@ def raising_handler(signum, frame):
     raise Stop(signum)
 
 
-def test_a_signal_during_a_write_is_delivered_after_it_once(tmp_path):
+def test_a_signal_during_a_write_is_delivered_after_it_once_and_other_threads_hold_none(tmp_path):
     previous = signal.signal(signal.SIGINT, raising_handler)
     try:
         reached_end = []
@@ -157,30 +158,24 @@ def test_a_signal_during_a_write_is_delivered_after_it_once(tmp_path):
         assert reached_end == [True]
         assert (tmp_path / "f.txt").read_text() == "whole"
         assert signal.getsignal(signal.SIGINT) is raising_handler
+        seen = []  # outside the main thread nothing is held: the handler stays
+
+        def write():
+            with held():
+                seen.append(signal.getsignal(signal.SIGINT))
+
+        thread = threading.Thread(target=write)
+        thread.start()
+        thread.join()
+        assert seen == [raising_handler]
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-def test_outside_the_main_thread_nothing_is_held(tmp_path):
-    seen = []
-
-    def write():
-        with held():
-            seen.append(signal.getsignal(signal.SIGINT))
-
-    before = signal.getsignal(signal.SIGINT)
-    thread = threading.Thread(target=write)
-    thread.start()
-    thread.join()
-    assert seen == [before]
 
 
 @pytest.mark.parametrize("state", [RUNNING, COMPLETED, FAILED, None])
 def test_a_run_stopped_under_flwr_run_is_recorded_stopped(tmp_path: Path, monkeypatch, state):
     """``flwr run``'s ServerApp is stopped by PID and cannot record it: the command that ran it
     (the launcher, a comparison) does, once every process is gone; nothing else changes."""
-    from experiments.run import flwr_run
-
     folder, reason = tmp_path / "run", "it broke" if state == FAILED else None
     folder.mkdir()
     if state is not None:

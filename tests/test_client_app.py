@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
 
 from client_app import app as client
-from client_app.device_round import record_state, state_record
+from client_app.device_round import node_split, record_state, state_record
 from fedcgd_config import keys
 from fedcgd_config.settings import TaskSettings, TrainingSettings, default_run_config
 from fedcgd_task.datasets.images import load_digits_split
@@ -28,8 +29,6 @@ TAU, B, LR = 3, 8, 0.2
 @pytest.fixture(autouse=True)
 def task_identity() -> None:
     """Instruction messages read the process's run / node / task ids; set them as Flower does."""
-    from flwr.supercore.task_identity import TaskIdentity
-
     TaskIdentity.run_id = 1
     TaskIdentity.node_id = 0
     TaskIdentity.task_id = 0
@@ -57,7 +56,7 @@ def metrics_of(reply: Message) -> MetricRecord:
     return reply.content.metric_records[keys.METRICS]
 
 
-def test_info_reports_partition_and_size() -> None:
+def test_info_and_stats_replies_and_their_label_hists() -> None:
     reply = client.app(
         Message(RecordDict(), dst_node_id=101, message_type=keys.QUERY_INFO), context()
     )
@@ -69,9 +68,7 @@ def test_info_reports_partition_and_size() -> None:
     labels = load_digits_split()[0].labels[rows]
     assert m[keys.LOCAL_LABEL_HIST] == [int(np.sum(labels == c)) for c in range(10)]
     assert sum(m[keys.LOCAL_LABEL_HIST]) == 359
-
-
-def test_stats_reply_contents_and_label_hist_of_the_round_batches() -> None:
+    # the stats reply: its contents and the label histogram of the round's batches
     reply = client.app(message(keys.QUERY_STATS), context(3))
     m = metrics_of(reply)
     assert keys.ARRAYS not in reply.content.array_records
@@ -121,8 +118,6 @@ def test_train_repeats_stats_updates_model_deterministically_and_by_round() -> N
      ({"partition-id": 1}, "partition-id = 1, num-partitions = None")],
 )  # fmt: skip
 def test_a_node_config_that_does_not_fit_is_one_line_naming_both_keys(node_config, said) -> None:
-    from client_app.device_round import node_split
-
     with pytest.raises(ValueError) as err:
         node_split(Context(1, 101, node_config, {}, dict(RUN_CONFIG)))
     assert str(err.value) == (

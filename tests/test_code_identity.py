@@ -72,15 +72,6 @@ def test_the_code_list_of_config_json(recorded, from_round, expected) -> None:
     assert code_entries(recorded, from_round, NOW) == expected
 
 
-def test_the_mixed_code_warning() -> None:
-    assert mixed_code_line(["a", "a", "a"]) is None
-    line = mixed_code_line(["a", "a b", "unknown"])
-    assert line is not None
-    assert "these 3 runs were computed by 3 versions of the code (a, b, unknown;" in line
-    assert run_digests({"code": [{"digest": "a"}, {"digest": "b"}]}) == "a b"
-    assert run_digests({"task": {}}) == run_digests(None) == "unknown"
-
-
 def test_a_run_records_its_code_and_a_resume_by_other_code_is_said(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -107,6 +98,12 @@ def test_a_run_records_its_code_and_a_resume_by_other_code_is_said(
     assert row["code"] == f"0123456789abcdef {now['digest']}"
     warn_mixed_code([row, {**row, "code": now["digest"]}])
     assert "these 2 runs were computed by 2 versions of the code" in capsys.readouterr().err
+    assert mixed_code_line(["a", "a", "a"]) is None
+    line = mixed_code_line(["a", "a b", "unknown"])
+    assert line is not None
+    assert "these 3 runs were computed by 3 versions of the code (a, b, unknown;" in line
+    assert run_digests({"code": [{"digest": "a"}, {"digest": "b"}]}) == "a b"
+    assert run_digests({"task": {}}) == run_digests(None) == "unknown"
 
 
 def test_the_code_is_no_setting_of_figure_labels_or_indicator_pairs(tmp_path: Path) -> None:

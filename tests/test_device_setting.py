@@ -73,7 +73,7 @@ def refused(capsys, **options) -> str:
     return lines[0]
 
 
-def test_the_simulation_engine_refuses_a_gpu_it_would_hide(capsys, monkeypatch) -> None:
+def test_a_gpu_hidden_by_ray_or_absent_is_refused_at_once(capsys, monkeypatch, tmp_path) -> None:
     seen_gpus(monkeypatch, 1)  # the launcher's own process sees one: Ray's ClientApps would not
     line = refused(capsys, run_config="device='cuda' num-server-rounds=1")
     assert line == (
@@ -82,10 +82,7 @@ def test_the_simulation_engine_refuses_a_gpu_it_would_hide(capsys, monkeypatch) 
     )
     line = refused(capsys, run_config="device='cuda:0'", gpus_per_client=1.0)
     assert line.startswith("error: run-config key 'device' = 'cuda:0': in the simulation engine")
-
-
-def test_a_gpu_this_machine_lacks_is_refused_before_anything_starts(capsys, monkeypatch, tmp_path):
-    seen_gpus(monkeypatch, 0)
+    seen_gpus(monkeypatch, 0)  # a GPU this machine lacks
     line = refused(capsys, run_config="device='cuda'", gpus_per_client=1.0, out=tmp_path)
     assert line.startswith("error: run-config key 'device' = 'cuda', but this process sees 0 CUDA")
     assert list(tmp_path.iterdir()) == []  # no run folder was made

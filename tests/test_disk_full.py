@@ -174,11 +174,8 @@ def test_a_real_full_disk_under_flwr_run_is_one_line_with_true_advice(tmp_path):
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
     try:
         folder = mount / "run"
-        values = {
-            "num-devices": 4, "num-server-rounds": 200, "checkpoint-every": 1,
-            "result-dir": str(folder),
-        }  # fmt: skip
-        proc = launch(values)
+        values = {"num-devices": 4, "num-server-rounds": 200, "checkpoint-every": 1}
+        proc = launch({**values, "result-dir": str(folder)})
         failed, last = proc.stderr.strip().splitlines()[-2:]
         assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
         assert failed.startswith(f"failed: no space left on device while writing {folder}/")
@@ -192,11 +189,7 @@ def test_a_real_full_disk_under_flwr_run_is_one_line_with_true_advice(tmp_path):
         # free space: move the run to a disk with room, and resume it there
         moved = tmp_path / "run"
         shutil.copytree(folder, moved, symlinks=True)
-        values = {
-            "num-devices": 4, "num-server-rounds": 200, "checkpoint-every": 1,
-            "resume-from": str(moved),
-        }  # fmt: skip
-        again = launch(values)
+        again = launch({**values, "resume-from": str(moved)})
         assert again.returncode == 0, again.stderr[-2000:]
         text = (moved / "metrics.jsonl").read_text()
         rounds = [json.loads(x)["round"] for x in text.splitlines()]

@@ -49,16 +49,6 @@ def anchors(page: Path) -> set[str]:
     return found
 
 
-def test_anchor_rule_on_hand_written_headings() -> None:
-    assert github_anchor("Reproducing the paper's tables and figures") == (
-        "reproducing-the-papers-tables-and-figures"
-    )
-    assert github_anchor("The uplink model (`channel/`)") == "the-uplink-model-channel"
-    assert github_anchor("Dirichlet α (`mnist1d_dirichlet`, 1,200 rounds)") == (
-        "dirichlet-α-mnist1d_dirichlet-1200-rounds"
-    )
-
-
 def test_the_readme_is_a_short_landing_page_one_click_from_every_docs_page() -> None:
     assert len(README.read_text(encoding="utf-8").splitlines()) <= MAX_README_LINES
     linked = {
@@ -117,10 +107,6 @@ def command_blocks() -> list[Any]:
     return found
 
 
-def test_the_docs_have_command_blocks() -> None:
-    assert len(command_blocks()) >= 10
-
-
 @pytest.mark.parametrize("around", command_blocks())
 def test_a_command_block_says_what_it_costs_here(around: str) -> None:
     times = list(TIME.finditer(around))
@@ -130,7 +116,15 @@ def test_a_command_block_says_what_it_costs_here(around: str) -> None:
         assert "**(long)**" in around, around
 
 
-def test_the_time_pattern_on_hand_written_phrases() -> None:
+def test_the_anchor_and_time_rules_and_that_the_docs_have_command_blocks() -> None:
+    assert github_anchor("Reproducing the paper's tables and figures") == (
+        "reproducing-the-papers-tables-and-figures"
+    )
+    assert github_anchor("The uplink model (`channel/`)") == "the-uplink-model-channel"
+    assert github_anchor("Dirichlet α (`mnist1d_dirichlet`, 1,200 rounds)") == (
+        "dirichlet-α-mnist1d_dirichlet-1200-rounds"
+    )
+    assert len(command_blocks()) >= 10
     spans = {
         "(2 min 28 s and 25 s here)": [120.0, 28.0, 25.0],
         "13-16 min": [960.0],

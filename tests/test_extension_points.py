@@ -128,19 +128,10 @@ def test_all_four_run_in_process_named_in_the_run_config_alone(folder, tmp_path,
 @pytest.mark.slow
 def test_all_four_run_with_make_run(folder, tmp_path):
     out = tmp_path / "run"
-    done = subprocess.run(  # -o: the virtual environment is there, do not reinstall it
-        [
-            "make",
-            "-o",
-            ".venv/.installed",
-            "run",
-            f"RUN_CONFIG={settings(folder, out, by_file=True)}",
-        ],
-        cwd=PROJECT,
-        env=environment(None),  # the run config alone names everything
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    make = ["make", "-o", ".venv/.installed", "run"]  # -o: the environment is there, keep it
+    done = subprocess.run(  # environment(None): the run config alone names everything
+        [*make, f"RUN_CONFIG={settings(folder, out, by_file=True)}"], cwd=PROJECT,
+        env=environment(None), capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     check_run(out)

@@ -5,13 +5,10 @@ import pytest
 import reference_solvers as reference
 
 from channel import Cell, CellConfig
-from channel.report import PAPER_CIFAR10_MODEL_BITS
+from channel.report import PAPER_CIFAR10_MODEL_BITS as MODEL_BITS
 from fedcgd_strategy import SchedulingProblem, solve
 from fedcgd_strategy.solvers import heuristics as fscd
 from fedcgd_strategy.solvers import transit_search
-
-#: The paper's CIFAR-10 CNN size in bit.
-MODEL_BITS = PAPER_CIFAR10_MODEL_BITS
 
 
 def random_instance(

@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,14 +38,6 @@ def run_launcher_to_the_end(tmp_path: Path, result_dir: Path, *args: str) -> int
     assert proc.returncode == 0, out[-2000:] + err[-2000:]
     assert (result_dir / "summary.json").exists()
     return proc.pid
-
-
-@contextlib.contextmanager
-def socket_on_loopback() -> Iterator[int]:
-    """A TCP port on 127.0.0.1 that is bound (so no one else takes it) but never listens."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        yield int(sock.getsockname()[1])
 
 
 def leftovers(tmp_path: Path, pattern: str) -> list[Path]:
@@ -145,7 +136,9 @@ def test_a_finished_tls_run_leaves_no_flower_home_and_no_keys_unless_asked(tmp_p
 def test_a_refused_launch_is_one_line_and_creates_nothing(
     tmp_path: Path, options: list[str], said: list[str]
 ) -> None:
-    with socket_on_loopback() as port:  # a port nothing listens on: bound, never listening
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))  # a port nothing listens on: bound, never listening
+        port = int(sock.getsockname()[1])
         proc = start_launcher(tmp_path, *[a.format(tmp=tmp_path, port=port) for a in options])
         try:
             out, err = proc.communicate(timeout=300)

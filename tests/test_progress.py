@@ -13,13 +13,10 @@ class Clock:
         return self.now
 
 
-def test_durations_read_like_a_person_writes_them() -> None:
-    assert format_duration(42.4) == "42 s"
+def test_time_left_is_the_mean_executed_run_times_the_runs_left_per_worker() -> None:
+    assert format_duration(42.4) == "42 s"  # durations read like a person writes them
     assert format_duration(185) == "3 min 05 s"
     assert format_duration(2 * 3600 + 7 * 60 + 30) == "2 h 07 min"
-
-
-def test_time_left_is_the_mean_executed_run_times_the_runs_left_per_worker() -> None:
     clock = Clock()
     progress = RunProgress(total=5, clock=clock)
     assert progress.header() == "[run 1/5 | 0 done | 0 s elapsed | time left unknown]"

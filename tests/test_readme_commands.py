@@ -1,14 +1,9 @@
 """The commands of README.md and docs/ run as written, with only their size knobs made small.
 
-The commands are extracted from README.md and the pages of docs/ (code spans, also those
-broken over a line, and code blocks, backslash continuations joined). Their settings are
-validated against the schema, and each command family is executed in a child process with tiny
-settings: only the rounds, devices, seeds and output folders are rewritten (output into
-``tmp_path``; the comparisons also get two or three policies instead of seven). Each must exit
-0 and leave its result files, or, for the CIFAR commands whose data are not here, exit 2 with
-one line before anything starts and without creating the data folder. Commands that start
-``flwr run`` (a SuperLink, Ray or SuperNodes) are marked ``slow``; the in-process ones run in
-the default suite.
+Their settings are validated against the schema; each command runs in a child process with
+only rounds, devices, seeds, policies and output folders made small, and must exit 0 with its
+result files, or (CIFAR, whose data are not here) exit 2 in one line, creating nothing. Those
+that start ``flwr run`` are marked ``slow``; the in-process ones run in the default suite.
 """
 
 from __future__ import annotations
@@ -139,6 +134,10 @@ def test_the_readme_has_commands_to_check() -> None:
     assert len(reproduce_commands()) >= 5
     assert any("--engine" in a for a in fedcgd_commands("compare"))
     assert any("--deployment" in a for a in fedcgd_commands("run"))
+    presets = {preset_of(p.values[0]) for p in reproductions()}
+    assert {p for p in presets if "mnist1d" in p} == {
+        "mnist1d_local_steps", "mnist1d_imbalance", "mnist1d_dirichlet"
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize(("text", "policies"), run_config_texts())
@@ -327,13 +326,6 @@ def reproductions() -> list[Any]:
     return params
 
 
-def test_the_readme_runs_every_mnist1d_preset() -> None:
-    presets = {preset_of(p.values[0]) for p in reproductions()}
-    assert {p for p in presets if "mnist1d" in p} == {
-        "mnist1d_local_steps", "mnist1d_imbalance", "mnist1d_dirichlet"
-    }  # fmt: skip
-
-
 @pytest.mark.parametrize("args", reproductions())
 def test_readme_reproduce_command_runs(args: list[str], tmp_path: Path) -> None:
     """Each preset with one seed, tiny runs and two policies (a user's policy kept), side by side
@@ -362,9 +354,8 @@ def test_readme_reproduce_command_runs(args: list[str], tmp_path: Path) -> None:
     expected = [(point, label) for point in points for label in labels]
     table = read_csv(out / "table.csv")
     assert [(r["sweep"], r["policy"]) for r in table] == expected
-    assert {r["n_seeds"] for r in table} == {"1"} and len(read_csv(out / "runs.csv")) == len(
-        expected
-    )
+    assert {r["n_seeds"] for r in table} == {"1"}
+    assert len(read_csv(out / "runs.csv")) == len(expected)
     for point, label in expected:
         assert_completed(out / point / label / "seed-0", ROUNDS)
         assert (out / point / "curves.png").stat().st_size > 0
@@ -387,7 +378,7 @@ def test_the_indicator_command_runs(tmp_path: Path) -> None:
     assert len(folders) >= 2, args
     ratio = 0.5
     for k, folder in enumerate(folders):
-        where = tmp_path / Path(folder).name
+        where, runs = tmp_path / Path(folder).name, []
         for seed in (0, 1):
             ratio += 0.25  # the gap grows with Ĝ/σ̂: rho = 1
             for policy, last in (("fedcgd-fscd", ratio), ("bc", 0.5)):
@@ -396,15 +387,10 @@ def test_the_indicator_command_runs(tmp_path: Path) -> None:
                     for r, a in ((1, 0.2), (2, last))
                 ]
                 overrides = {"policy": policy, "seed": seed, "learning-rate": 0.1 * (k + 1)}
-                write_run(where / policy / f"seed-{seed}", overrides, lines)
-        write_csv(
-            where / "runs.csv",
-            [
-                {"policy": p, "seed": s, "result_dir": str(where / p / f"seed-{s}")}
-                for p in ("fedcgd-fscd", "bc")
-                for s in (0, 1)
-            ],
-        )
+                run_dir = where / policy / f"seed-{seed}"
+                write_run(run_dir, overrides, lines)
+                runs.append({"policy": policy, "seed": seed, "result_dir": str(run_dir)})
+        write_csv(where / "runs.csv", runs)
     small = [str(tmp_path / Path(a).name) if a in folders else a for a in args]
     small[out_at + 1] = str(tmp_path / "indicator")
     proc = run("indicator", *small)

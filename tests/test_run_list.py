@@ -21,6 +21,12 @@ def make_run(folder: Path, config: dict, status: RunStatus | None, accuracies: l
 
 
 def test_the_runs_of_a_folder_a_comparison_and_a_damaged_run(tmp_path: Path, capsys) -> None:
+    assert invoke(["runs", str(tmp_path)]) == 2  # a folder without runs: one line
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path} holds no run (no config.json or status.json below it)\n"
+    )
+    assert invoke(["runs", str(tmp_path / "missing")]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'missing'} is not a folder\n"
     root = tmp_path / "results"
     make_run(
         root / "fedcgd-fscd-1",
@@ -53,12 +59,3 @@ def test_the_runs_of_a_folder_a_comparison_and_a_damaged_run(tmp_path: Path, cap
         "hostile        …xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:Name  7           ?     ?/2     "
         "?          -       -       ?",
     ]
-
-
-def test_a_folder_without_runs_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
-    assert invoke(["runs", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == (
-        f"error: {tmp_path} holds no run (no config.json or status.json below it)\n"
-    )
-    assert invoke(["runs", str(tmp_path / "missing")]) == 2
-    assert capsys.readouterr().err == f"error: {tmp_path / 'missing'} is not a folder\n"

@@ -9,40 +9,33 @@ from pathlib import Path
 
 import pytest
 from fake_grid import app_grid, make_contexts
-from flwr.supercore.logger import FLOWER_LOGGER
+from flwr.supercore.logger import FLOWER_LOGGER, ConsoleHandler, update_console_handler
 
 from experiments.run.flwr_run import stream_output, strip_ansi
+from experiments.run.inprocess import InProcessOptions, main
 from fedcgd_config.settings import default_run_config
 from server_app.app import run_federation
 from server_app.config import parse_run_config
 
 
-class Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(level=logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 @pytest.mark.parametrize(("verbose", "fresh"), [(False, True), (True, False), (False, False)])
 def test_flower_round_lines_only_when_verbose_and_a_bare_serverapp_names_its_folder(
-    tmp_path: Path, verbose: bool, fresh: bool, capsys: pytest.CaptureFixture[str]
-) -> None:
+    tmp_path: Path, verbose: bool, fresh: bool, capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
     """Under a bare ``flwr run`` (no result-dir; here: ``fresh``) the ServerApp picks the
     folder itself and its first line names it; a command that chose the folder names it itself."""
     run_config = default_run_config()
     run_config.update({"num-devices": 4, "num-server-rounds": 2, "verbose": verbose})
     run_config["result-dir"] = str(tmp_path / "bc-20250101-000000")
     grid = app_grid(make_contexts([100 + i for i in range(4)], run_config, 4))
-    level_before, handler = FLOWER_LOGGER.level, Records()
-    FLOWER_LOGGER.addHandler(handler)
+    level_before = FLOWER_LOGGER.level
+    FLOWER_LOGGER.addHandler(caplog.handler)
     try:
         run_federation(grid, parse_run_config(run_config), fresh_name=fresh)
     finally:
-        FLOWER_LOGGER.removeHandler(handler)
-    info = [r.getMessage() for r in handler.records if r.levelno == logging.INFO]
+        FLOWER_LOGGER.removeHandler(caplog.handler)
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert any("[ROUND 1/2]" in m for m in info) is verbose
     printed = capsys.readouterr().out.splitlines()
     named = [line for line in printed if "result folder" in line]
@@ -85,10 +78,6 @@ def test_the_in_process_engine_writes_flowers_log_lines_without_colour_codes(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Flower's console handler colours every level; an in-process run's log file gets none."""
-    from flwr.supercore.logger import FLOWER_LOGGER, ConsoleHandler, update_console_handler
-
-    from experiments.run.inprocess import InProcessOptions, main
-
     (handler,) = [h for h in FLOWER_LOGGER.handlers if isinstance(h, ConsoleHandler)]
     record = logging.LogRecord("flwr", logging.WARNING, "", 0, "device 3 excluded", None, None)
     update_console_handler(colored=True)

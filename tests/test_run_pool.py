@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -86,9 +88,6 @@ def test_a_stopped_side_by_side_comparison_stops_every_run_and_resumes_to_the_sa
     tmp_path,
 ):
     """SIGTERM mid-comparison: exit 143, no run left running; again: resumed, bit-identical."""
-    import signal
-    import subprocess
-
     project = Path(__file__).resolve().parents[1]
     # 150 rounds: neither run ends between the look at its task and the signal.
     settings = "num-server-rounds=150 num-devices=8 checkpoint-every=1 eval-every=150"

@@ -11,6 +11,7 @@ import pytest
 from fake_runs import read_csv
 
 from experiments.cli import invoke
+from experiments.paper import schedule_table
 from experiments.paper.schedule_table import (
     TABLE_COLUMNS,
     TABLE_POLICIES,
@@ -116,8 +117,6 @@ def test_poc_chooser_picks_the_nearest_mean():
 def test_a_policy_stream_depends_on_its_name_only(monkeypatch):
     """A policy added to the registry (here at the front) leaves POC's and Fed-CBS's draws
     (and the same settings give the same rounds)."""
-    from experiments.paper import schedule_table
-
     specs = [PolicySpec("poc", "poc", 3), PolicySpec("fedcbs", "fedcbs")]
     before = simulate(TINY, specs)
     names = ("my-policy", *schedule_table.POLICY_NAMES)

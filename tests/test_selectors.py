@@ -36,9 +36,6 @@ def _slow_rank(scores, available):
     return sorted(devs, key=lambda i: (-scores[i], i))
 
 
-# --- best_effort_pack ---------------------------------------------------------------------------
-
-
 NEED = [3.0, 5.0, 2.0, INF, 1.0]
 
 
@@ -77,10 +74,7 @@ def test_pack_matches_slow_reference():
             assert need[mask].sum() <= total + 1e-12
 
 
-# --- BC / BN2 ----------------------------------------------------------------------------------
-
-
-def test_best_channel_hand_case_with_ties_nan_and_unavailable():
+def test_best_channel_and_poc_hand_cases_with_ties_nan_and_unavailable():
     gain = np.array([1.0, 5.0, 5.0, 3.0, np.nan, 10.0])
     avail = np.array([True, True, True, True, True, False])
     need = np.ones(6)
@@ -93,6 +87,13 @@ def test_best_channel_hand_case_with_ties_nan_and_unavailable():
     np.testing.assert_array_equal(
         best_score_first(avail, gain, need, 1.0), [False, True, False, False, False, False]
     )
+    # POC with all candidates ranks by loss: candidates = available with a loss: 0, 1, 3;
+    # by loss: 1, 3, 0; 2 Hz -> {1, 3}
+    loss = np.array([0.5, 2.0, np.nan, 1.0, 3.0])
+    avail = np.array([True, True, True, True, False])
+    for d in (0, 3, 10):
+        mask = power_of_choice(avail, loss, np.ones(5), 2.0, d, np.random.default_rng(0))
+        np.testing.assert_array_equal(mask, [False, True, False, True, False])
 
 
 def test_ranked_selectors_match_slow_reference_and_poc_never_takes_bad_devices():
@@ -120,16 +121,6 @@ def test_ranked_selectors_match_slow_reference_and_poc_never_takes_bad_devices()
             np.testing.assert_array_equal(a, b)
             assert not np.any(a & ~(avail & np.isfinite(need) & ~np.isnan(scores)))
             assert a.sum() <= 4
-
-
-def test_poc_all_candidates_is_loss_ranking():
-    loss = np.array([0.5, 2.0, np.nan, 1.0, 3.0])
-    avail = np.array([True, True, True, True, False])
-    need = np.ones(5)
-    # candidates = available with a loss: 0, 1, 3; by loss: 1, 3, 0; 2 Hz -> {1, 3}
-    for d in (0, 3, 10):
-        mask = power_of_choice(avail, loss, need, 2.0, d, np.random.default_rng(0))
-        np.testing.assert_array_equal(mask, [False, True, False, True, False])
 
 
 def test_poc_candidate_draw_is_uniform():

@@ -9,8 +9,10 @@ import pytest
 from run_results import lines as lines_of
 from task_settings import checkpointed_run_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
 
 from experiments.run.inprocess import run_inprocess
+from experiments.run.launcher import results_line
 from server_app.recorder import SCALARS
 
 SMALL = {"num-devices": 6, "channel.availability-prob": 0.8}
@@ -61,8 +63,6 @@ def test_a_resumed_run_shows_each_round_once(tmp_path: Path) -> None:
 
 def hparams(folder: Path) -> dict[str, object]:
     """The run's settings as TensorBoard's HParams view reads them."""
-    from tensorboard.plugins.hparams import plugin_data_pb2
-
     events = EventAccumulator(str(folder))
     events.Reload()
     content = events.PluginTagToContent("hparams")
@@ -98,8 +98,6 @@ def test_every_round_shows_its_metrics_line_and_the_run_its_settings_as_hparams(
 
 
 def test_the_results_line_names_the_event_files_and_the_command_that_shows_them(tmp_path):
-    from experiments.run.launcher import results_line
-
     folder = tmp_path / "a run"
     folder.mkdir()
     (folder / "metrics.jsonl").write_text("")
