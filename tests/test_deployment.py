@@ -58,12 +58,19 @@ def flwr_run(fed: LocalFederation, run_config: dict) -> subprocess.Popen[str]:
     return fed.flwr_run(PROJECT_DIR, options, start_new_session=True)
 
 
-def test_too_few_supernodes_fail_after_the_timeout_and_every_process_is_stopped(tmp_path):
+def test_every_started_process_is_stopped_by_pid(tmp_path):
     with LocalFederation(tmp_path / "home", num_supernodes=2, simulation=False) as fed:
         pids = [p.pid for p in fed.processes]
         assert len(pids) == 3  # the SuperLink and two SuperNodes
         for pid in pids:
             os.kill(pid, 0)  # running
+    for pid in pids:  # each stopped by its PID
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_too_few_supernodes_fail_after_the_timeout(tmp_path):
+    with LocalFederation(tmp_path / "home", num_supernodes=2, simulation=False) as fed:
         stop([fed.processes[-1]])  # only one of two SuperNodes remains
         values = {"num-devices": 2, "num-server-rounds": 1, "query-timeout-s": 4.0}
         config = {**validated_run_config(values), "result-dir": str(tmp_path / "few")}
@@ -74,9 +81,6 @@ def test_too_few_supernodes_fail_after_the_timeout_and_every_process_is_stopped(
             stop([run])
     assert "only 1 of 2 SuperNodes connected after 4 s" in output
     assert not (tmp_path / "few" / SUMMARY_FILE).exists()
-    for pid in pids:  # each stopped by its PID
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
 
 
 ROUNDS = 5

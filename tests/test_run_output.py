@@ -35,7 +35,11 @@ def test_flower_round_lines_only_when_verbose_and_a_bare_serverapp_names_its_fol
         run_federation(grid, parse_run_config(run_config), fresh_name=fresh)
     finally:
         FLOWER_LOGGER.removeHandler(caplog.handler)
-    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    info = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.INFO and r.name == FLOWER_LOGGER.name
+    ]
     assert any("[ROUND 1/2]" in m for m in info) is verbose
     printed = capsys.readouterr().out.splitlines()
     named = [line for line in printed if "result folder" in line]
