@@ -165,7 +165,7 @@ def assert_equal_models(model: dict[str, torch.Tensor], expected: dict[str, np.n
         np.testing.assert_array_equal(value.numpy(), expected[key], err_msg=key)
 
 
-def test_the_default_is_the_schedulers_fedavg_bit_for_bit_and_older_runs_compare_as_it(tmp_path):
+def test_the_default_is_the_schedulers_fedavg_bit_for_bit(tmp_path):
     """FedCGD-FSCD on the default channel: only the scheduled uploads, weighted by |D_v|."""
     recorder = Recorder()
     overrides = {"policy": "fedcgd-fscd", "channel.availability-prob": 0.6}

@@ -202,8 +202,11 @@ def stand_in_checkpoint(folder: Path, server_round: int) -> None:
 @pytest.mark.parametrize(
     ("status", "files", "every", "says"),
     [
-        (RunStatus(FAILED, 50, 50, reason="no device uploaded"), ("checkpoint.pt", "model.pt"), 1,
-         "nothing to continue: all 50 rounds ran; results in {}"),
+        (RunStatus(FAILED, 50, 50, reason="no device uploaded"), ("checkpoint.pt", "summary.json"),
+         1, "nothing to continue: all 50 rounds ran; results in {}"),
+        # a full disk refused summary.json: the resume writes the run's last files
+        (RunStatus(FAILED, 50, 50, reason="no space"), ("checkpoint.pt", "model.pt"), 1,
+         "to continue after round 7 of 50: RESUME"),
         # round 8's checkpoint never written: the checkpoint's own round is named
         (RunStatus(RUNNING, 8, 50), ("checkpoint.pt",), 1, "to continue after round 7 of 50: "
          "RESUME"),

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from server_app.run_folder.results import CHECKPOINT_FILE, MODEL_FILE
+from server_app.run_folder.results import CHECKPOINT_FILE, SUMMARY_FILE
 from server_app.run_folder.run_status import read_status
 
 
@@ -65,7 +65,11 @@ def single_run_line(result_dir: Path, resume: str, again: str, checkpoint_every:
     folder = Path(result_dir)
     status = read_status(folder, quiet=True)  # unreadable: say what the other files say
     total = f" of {status.num_server_rounds}" if status else ""
-    if status and status.last_round >= status.num_server_rounds and (folder / MODEL_FILE).exists():
+    if (
+        status
+        and status.last_round >= status.num_server_rounds
+        and (folder / SUMMARY_FILE).exists()
+    ):
         return (
             f"nothing to continue: all {status.num_server_rounds} rounds ran; results in {folder}"
         )
