@@ -272,7 +272,7 @@ def test_readme_dp_measurement_command_runs(tmp_path):
     named = words[words.index("--aggregators") + 1].split(",")
     assert [r["aggregator"] for r in runs] == named and len(named) == 6
     for run_row in runs[1:]:  # each DP label ran Flower's wrapper with its own parameters
-        config = json.loads((Path(run_row["result_dir"]) / "config.json").read_text())
+        config = json.loads((tmp_path / run_row["result_dir"] / "config.json").read_text())
         assert config["aggregator"].startswith("DifferentialPrivacyServerSide")
         assert config["aggregator_params"]["noise-multiplier"] == float(
             run_row["aggregator"].split("-z")[1]
