@@ -35,6 +35,7 @@ DIRICHLET, LOCAL, IMBALANCE, DIGITS = (
 )  # fmt: skip
 TAU = f"{LOCAL}_rerun"  # the τ preset's evidence (today's code); LOCAL: the code of 2026-11-26
 DIGITS_1126 = f"{DIGITS}_1126"  # the digits comparison with the code of 2026-11-26
+ETA01 = f"{LOCAL}_eta0.1"  # the τ preset again at η = 0.1, declared before its runs
 #: file stem -> (its sweep points as written in the tables, its number of runs, its policies)
 PRESETS: dict[str, tuple[tuple[str, ...], int, tuple[str, ...]]] = {
     DIRICHLET: (
@@ -48,6 +49,7 @@ PRESETS: dict[str, tuple[tuple[str, ...], int, tuple[str, ...]]] = {
     DIGITS: (("",), 35, (FSCD, GS, *BASELINES, "all")),
     DIGITS_1126: (("",), 35, (FSCD, GS, *BASELINES, "all")),
     TAU: (("local-steps=1", "local-steps=5"), 70, (GC, FSCD, GS, *BASELINES)),
+    ETA01: (("local-steps=1", "local-steps=5"), 70, (GC, FSCD, GS, *BASELINES)),
 }  # fmt: skip
 ALPHAS = A01, A1, A10 = PRESETS[DIRICHLET][0]
 TAU1, TAU5 = PRESETS[LOCAL][0]
@@ -258,6 +260,7 @@ def _settings(rerun: bool = False) -> dict[str, Any]:
 
 #: Each table's target accuracy (its rounds columns are the runs' own rounds to it).
 TARGETS = {DIRICHLET: 0.8, LOCAL: 0.8, IMBALANCE: 0.7, DIGITS: 0.85, DIGITS_1126: 0.85, TAU: 0.8}
+TARGETS[ETA01] = 0.8
 
 
 def _typed(run: dict[str, str]) -> dict[str, Any]:
@@ -302,8 +305,11 @@ def test_the_table_is_recomputed_from_its_runs(preset: str) -> None:
                 tost = _tost_p(preset, policy, sweep, column)
                 assert float(row[f"{prefix}tost_p_vs_fedcgd_fscd"]) == pytest.approx(tost)
     for sweep, family in itertools.product(sweeps, FAMILIES):  # Holm over each sweep point
-        raw = {(p, c): float(table[(sweep, p)][c]) for p in policies if p != FSCD for c in family}
-        assert len(raw) == len(family) * (len(policies) - 1)
+        cells = {(p, c): table[(sweep, p)][c] for p in policies if p != FSCD for c in family}
+        assert len(cells) == len(family) * (len(policies) - 1)
+        for (policy, column), text in cells.items():  # no p: every pair tied (none reached)
+            assert text != "" or table[(sweep, policy)][f"{column}_holm"] == ""
+        raw = {key: float(text) for key, text in cells.items() if text}
         for (policy, column), expected in _holm(raw).items():
             assert float(table[(sweep, policy)][f"{column}_holm"]) == pytest.approx(expected)
     points: dict[str, list[dict[str, Any]]] = {}
@@ -1030,11 +1036,9 @@ def test_the_attack_sweep_in_aggregation_md_is_its_runs() -> None:
         finals, bests = zip(*(cells[(*key, k)][:2] for k in "013"), strict=True)
         assert line[2:9] == [*finals, *bests, cells[(*key, "0")][2]]
     text = " ".join(_section("aggregation.md").split())
-    attack = _family(
-        "attack_aggregators",
-        [(p, "FedAvg", k, "FedAvg", "0") for p in ATTACK_POLICIES for k in "13"],
-    )
-    three = [attack[(p, "FedAvg", "3", "FedAvg", "0", FINAL)] for p in ATTACK_POLICIES]
+    A, P, R, T = "attack_aggregators", ATTACK_POLICIES, ATTACK_ROBUST, "FedTrimmedAvg"
+    attack = _family(A, [(p, "FedAvg", k, "FedAvg", "0") for p in P for k in "13"])
+    three = [attack[(p, "FedAvg", "3", "FedAvg", "0", FINAL)] for p in P]
     one = [attack[(p, "FedAvg", "1", "FedAvg", "0", FINAL)] for p in ("all", FSCD, "bc")]
     numbers = [-d for d, _, _ in three] + [p for _, p, _ in three] + [h for *_, h in three]
     numbers += [-d for d, _, _ in one] + [min(h for *_, h in one)]
@@ -1044,9 +1048,7 @@ def test_the_attack_sweep_in_aggregation_md_is_its_runs() -> None:
         "bullet's 12 tests {:.3f}, {:.3f} and {:.3f}); one attacker costs `all` {:.3f}, "
         "FedCGD-FSCD {:.3f} and BC {:.3f} (Holm ≥ {:.3f})".format(*numbers)
     ) in text
-    moved = _family(
-        "attack_aggregators", [(p, a, "3", a, "0") for p in ATTACK_POLICIES for a in ATTACK_ROBUST]
-    )
+    moved = _family(A, [(p, a, "3", a, "0") for p in P for a in R])
     largest = sorted(moved.items(), key=lambda item: -abs(item[1][0]))  # by the change
     (first, (d1, _, h1)), (second, (d2, _, h2)) = largest[:2]
     assert (first[0], first[5], second[0], second[5]) == (FSCD, BEST, "all", FINAL)
@@ -1055,13 +1057,10 @@ def test_the_attack_sweep_in_aggregation_md_is_its_runs() -> None:
         f"FedMedian's under FedCGD-FSCD (best accuracy −{-d1:.3f}) and under `all` "
         f"(final −{-d2:.3f}), with Holm {h1:.3f} and {h2:.3f} over the bullet's 24 tests"
     ) in text
-    cost0 = _family(
-        "attack_aggregators",
-        [(p, a, "0", "FedAvg", "0") for p in ATTACK_POLICIES for a in ATTACK_ROBUST],
-    )
-    harsh = [v for k, v in cost0.items() if k[5] == FINAL and k[1] != "FedTrimmedAvg"]
-    trim = [v for k, v in cost0.items() if k[5] == FINAL and k[1] == "FedTrimmedAvg"]
-    assert {round(h, 3) for k, (*_, h) in cost0.items() if k[1] == "FedTrimmedAvg"} == {0.058}
+    cost0 = _family(A, [(p, a, "0", "FedAvg", "0") for p in P for a in R])
+    harsh = [v for k, v in cost0.items() if k[5] == FINAL and k[1] != T]
+    trim = [v for k, v in cost0.items() if k[5] == FINAL and k[1] == T]
+    assert {round(h, 3) for k, (*_, h) in cost0.items() if k[1] == T} == {0.058}
     assert (
         f"FedMedian, Krum and Bulyan lose {-max(harsh)[0]:.2f}–{-min(harsh)[0]:.2f} final accuracy "
         f"against FedAvg (Holm ≤ {max(h for *_, h in harsh):.3f} over the bullet's 24 tests) and "
@@ -1069,28 +1068,16 @@ def test_the_attack_sweep_in_aggregation_md_is_its_runs() -> None:
         f"{-min(trim)[0]:.2f} (raw p ≤ {max(p for _, p, _ in trim):.3f}, Holm 0.058: not shown)"
     ) in text
     cells = {(r["policy"], r["aggregator"], r["attackers"]): r for r in table}
-    medians = [
-        float(cells[(p, "FedAvg", "0")]["rounds_to_target_km_median"]) for p in ("all", "bc")
-    ]
-    assert float(cells[(FSCD, "FedTrimmedAvg", "0")]["rounds_to_target_km_median"]) == 43
+    km = "rounds_to_target_km_median"
+    medians = [float(cells[(p, "FedAvg", "0")][km]) for p in ("all", "bc")]
+    assert float(cells[(FSCD, T, "0")][km]) == 43
     assert f"against FedAvg's median of 23–{max(medians):.0f}" in text and min(medians) > 23
-    reached = [
-        sorted({cells[(p, a, "0")]["reached_target"] for p in ATTACK_POLICIES})
-        for a in ATTACK_ROBUST
-    ]
+    reached = [sorted({cells[(p, a, "0")]["reached_target"] for p in P}) for a in R]
     assert reached == [["0"], ["2", "3"], ["0"], ["0"]]  # FedTrimmedAvg: "in 2–3 of 5 seeds"
     rounds = [float(cells[(p, "FedAvg", "3")]["attacker_rounds_mean"]) for p in (FSCD, "all")]
     assert "({:.0f} of 50 for three attackers against {:.0f} for `all`)".format(*rounds) in text
-    defend = _family(
-        "attack_aggregators",
-        [(p, a, k, "FedAvg", k) for k in "13" for p in ATTACK_POLICIES for a in ATTACK_ROBUST],
-    )
-    pairs = [
-        ("all", "FedTrimmedAvg"),
-        ("all", "Bulyan"),
-        (FSCD, "FedTrimmedAvg"),
-        ("bc", "FedTrimmedAvg"),
-    ]
+    defend = _family(A, [(p, a, k, "FedAvg", k) for k in "13" for p in P for a in R])
+    pairs = [("all", T), ("all", "Bulyan"), (FSCD, T), ("bc", T)]
     (d1, p1), (d2, p2), (d3, p3), (d4, p4) = (
         defend[(p, a, "3", "FedAvg", "3", FINAL)][:2] for p, a in pairs
     )
@@ -1103,11 +1090,7 @@ def test_the_attack_sweep_in_aggregation_md_is_its_runs() -> None:
     assert all(
         d < 0 for k, (d, *_) in defend.items() if k[1] in ("FedMedian", "Krum") or k[2] == "1"
     )
-    below = {
-        k[:2]
-        for k, (*_, h) in defend.items()
-        if k[2] == "1" and k[1] != "FedTrimmedAvg" and h < 0.05
-    }
+    below = {k[:2] for k, (*_, h) in defend.items() if k[2] == "1" and k[1] != T and h < 0.05}
     assert f"are shown below it in {len(below)} of their 9 cells" in text
 
 

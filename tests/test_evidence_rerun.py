@@ -22,6 +22,7 @@ from experiments.analysis.statistics import km_median
 from experiments.compare import results
 
 RERUN, SECTION = readings.TAU, readings.TABLE_II
+ETA, ETA_SECTION = readings.ETA01, "### The τ preset at η = 0.1"
 TARGETS = (0.7, 0.75, 0.8, 0.85)
 DOCS, FSCD, LOCAL = readings.DOCS, readings.FSCD, readings.LOCAL
 SWEEPS, _, POLICIES = readings.PRESETS[LOCAL]
@@ -29,18 +30,18 @@ Key = tuple[str, str, str]  # sweep, policy, seed
 
 
 @functools.cache
-def _rounds() -> dict[Key, list[dict[str, str]]]:
-    """(sweep, policy, seed) -> its rounds, from ``docs/<rerun>_rounds.csv.gz``."""
+def _rounds(stem: str = RERUN) -> dict[Key, list[dict[str, str]]]:
+    """(sweep, policy, seed) -> its rounds, from ``docs/<stem>_rounds.csv.gz``."""
     by: dict[Key, list[dict[str, str]]] = {}
-    with gzip.open(DOCS / f"{RERUN}_rounds.csv.gz", "rt", newline="") as handle:
+    with gzip.open(DOCS / f"{stem}_rounds.csv.gz", "rt", newline="") as handle:
         for row in csv.DictReader(handle):
             by.setdefault((row["sweep"], row["policy"], row["seed"]), []).append(row)
     return by
 
 
-def _targets() -> dict[tuple[str, str, str], dict[str, str]]:
-    """``docs/<rerun>_targets.csv`` by (sweep, target, policy)."""
-    return {(r["sweep"], r["target"], r["policy"]): r for r in readings._rows(f"{RERUN}_targets")}
+def _targets(stem: str = RERUN) -> dict[tuple[str, str, str], dict[str, str]]:
+    """``docs/<stem>_targets.csv`` by (sweep, target, policy)."""
+    return {(r["sweep"], r["target"], r["policy"]): r for r in readings._rows(f"{stem}_targets")}
 
 
 def _first(rows: list[dict[str, str]], target: float) -> int | None:
@@ -49,11 +50,12 @@ def _first(rows: list[dict[str, str]], target: float) -> int | None:
     return next(reached, None)
 
 
-def test_each_run_is_its_rounds() -> None:
-    runs = readings._rows(f"{RERUN}_runs")
-    assert {(r["sweep"], r["policy"], r["seed"]) for r in runs} == set(_rounds())
+@pytest.mark.parametrize("stem", [RERUN, ETA])
+def test_each_run_is_its_rounds(stem: str) -> None:
+    runs = readings._rows(f"{stem}_runs")
+    assert {(r["sweep"], r["policy"], r["seed"]) for r in runs} == set(_rounds(stem))
     for run in runs:
-        rows = _rounds()[(run["sweep"], run["policy"], run["seed"])]
+        rows = _rounds(stem)[(run["sweep"], run["policy"], run["seed"])]
         assert [int(r["round"]) for r in rows] == list(range(1, 1201))
         accuracy = [float(r["accuracy"]) for r in rows if r["accuracy"]]
         assert len(accuracy) == 240  # every 5th round
@@ -64,20 +66,21 @@ def test_each_run_is_its_rounds() -> None:
         assert float(run["mean_scheduled"]) == pytest.approx(scheduled, rel=1e-12)
         wemd = [float(r["wemd"]) for r in rows if r["wemd"]]  # none: nothing scheduled
         assert float(run["mean_wemd"]) == pytest.approx(sum(wemd) / len(wemd), rel=1e-12)
-    for point in readings._rows(f"{RERUN}_indicator"):  # the Ĝ/σ̂ points' late accuracies
+    for point in readings._rows(f"{RERUN}_indicator") if stem == RERUN else ():  # Ĝ/σ̂ points
         for policy, column in ((FSCD, "fscd_late_accuracy"), ("bc", "bc_late_accuracy")):
             rows = _rounds()[(point["setting"], policy, point["seed"])]
             lines = [{**r, "accuracy": float(r["accuracy"])} for r in rows if r["accuracy"]]
             assert float(point[column]) == pytest.approx(late_accuracy(lines), rel=1e-12)
 
 
-def test_rounds_to_each_target_are_the_committed_table() -> None:
+@pytest.mark.parametrize("stem", [RERUN, ETA])
+def test_rounds_to_each_target_are_the_committed_table(stem: str) -> None:
     """``docs/<rerun>_targets.csv``: counts, sign tests and Holm recomputed with scipy, and the
     project's ``table_rows`` writes every cell."""
-    committed = _targets()
+    committed = _targets(stem)
     assert len(committed) == len(TARGETS) * len(SWEEPS) * len(POLICIES)
     for target in TARGETS:
-        reached = {key: _first(rows, target) for key, rows in _rounds().items()}
+        reached = {key: _first(rows, target) for key, rows in _rounds(stem).items()}
         for sweep in SWEEPS:
             raw: dict[str, float] = {}
             for policy in POLICIES:
@@ -106,7 +109,7 @@ def test_rounds_to_each_target_are_the_committed_table() -> None:
         for sweep in SWEEPS:  # what a fresh ``fedcgd reproduce … target_accuracy=<t>`` writes
             runs = [
                 {**readings._typed(r), "rounds_to_target": reached[(sweep, r["policy"], r["seed"])]}
-                for r in readings._rows(f"{RERUN}_runs") if r["sweep"] == sweep
+                for r in readings._rows(f"{stem}_runs") if r["sweep"] == sweep
             ]  # fmt: skip
             for row in results.table_rows(runs, target):
                 written = committed[(sweep, str(target), row["policy"])]
@@ -124,6 +127,15 @@ def _verdict(row: dict[str, str], prefix: str) -> str:
     return f"{diff:+.3f}".replace("-", "−") + (" *" if holm < 0.05 else "")
 
 
+def _holds(a: dict[str, str], b: dict[str, str]) -> bool:
+    """Both endpoints keep the sign of their difference and their side of 0.05 after Holm."""
+    diff, holm = "diff_vs_fedcgd_fscd", "p_value_vs_fedcgd_fscd_holm"
+    sides = [
+        [(float(r[p + diff]) > 0, float(r[p + holm]) < 0.05) for p in ("", "best_")] for r in (a, b)
+    ]
+    return sides[0] == sides[1]
+
+
 def test_the_sections_tables_are_the_csvs() -> None:
     """Per τ and policy (FSCD's rows left out): the first table's and the rerun's difference to
     FSCD (final; best), starred where Holm's p is below 0.05, and whether the verdict holds;
@@ -135,15 +147,9 @@ def test_the_sections_tables_are_the_csvs() -> None:
     for cell, by_target, (sweep, policy) in zip(verdicts, rounds, keys, strict=True):
         a, b = first[(sweep, policy)], again[(sweep, policy)]
         shown = [f"{_verdict(r, '')}; {_verdict(r, 'best_')}" for r in (a, b)]
-        holds = all(
-            (float(a[f"{p}diff_vs_fedcgd_fscd"]) > 0) == (float(b[f"{p}diff_vs_fedcgd_fscd"]) > 0)
-            and (float(a[f"{p}p_value_vs_fedcgd_fscd_holm"]) < 0.05)
-            == (float(b[f"{p}p_value_vs_fedcgd_fscd_holm"]) < 0.05)
-            for p in ("", "best_")
-        )
         tau = sweep.removeprefix("local-steps=")
         assert cell[:2] == by_target[:2] == [tau, policy_name(policy)]
-        assert cell[2:] == [*shown, "yes" if holds else "no"]
+        assert cell[2:] == [*shown, "yes" if _holds(a, b) else "no"]
         for text, target in zip(by_target[2:], TARGETS, strict=True):
             row = targets[(sweep, str(target), policy)]
             counts = [row[f"rounds_{k}_vs_fedcgd_fscd"] for k in ("later", "earlier", "tied")]
@@ -209,3 +215,58 @@ def test_the_first_100_rounds_of_a_committed_run_come_again(tmp_path: Path) -> N
     with gzip.open(tmp_path / "rounds.csv.gz", "rt", newline="") as handle:
         again = [dict(r) for r in csv.DictReader(handle)]
     assert again == _rounds()[("local-steps=1", FSCD, "0")][:100]
+
+
+def _rounds_verdict(row: dict[str, str]) -> tuple[tuple[int, bool], str]:
+    """FSCD's rounds verdict at one target (earlier / later / tied, Holm's sign p below 0.05)
+    and its cell as the η = 0.1 section writes it."""
+    won, lost, tied = (int(row[f"rounds_{k}_vs_fedcgd_fscd"]) for k in ("later", "earlier", "tied"))
+    shown = float(row["rounds_sign_p_vs_fedcgd_fscd_holm"] or 1) < 0.05  # no p: all tied
+    return ((won > lost) - (won < lost), shown), f"{won} / {lost} / {tied}" + " *" * shown
+
+
+def test_the_eta_01_sections_tables_and_counts() -> None:
+    """η = 0.1 against η = 0.3 by the rule declared before its runs: each verdict keeps its sign
+    and its side of 0.05 after Holm (accuracy, rounds to each target, TOST)."""
+    base, eta = readings._table(RERUN), readings._table(ETA)
+    accuracy = readings._md_table(ETA_SECTION, "| τ | policy | η = 0.3")
+    rounds = readings._md_table(ETA_SECTION, "| τ | policy | to 0.7")
+    keys = [(s, p) for s in SWEEPS for p in POLICIES if p != FSCD]
+    held, failed_high = {"accuracy": 0, "rounds": 0, "tost": 0}, 0
+    for cells, by_target, (sweep, policy) in zip(accuracy, rounds, keys, strict=True):
+        a, b = base[(sweep, policy)], eta[(sweep, policy)]
+        shown = [f"{_verdict(r, '')}; {_verdict(r, 'best_')}" for r in (a, b)]
+        tau = sweep.removeprefix("local-steps=")
+        assert cells == [tau, policy_name(policy), *shown, "yes" if _holds(a, b) else "no"]
+        assert by_target[:2] == [tau, policy_name(policy)]
+        held["accuracy"] += _holds(a, b)
+        for text, target in zip(by_target[2:], TARGETS, strict=True):
+            (was, then), (now, later) = (
+                _rounds_verdict(t[(sweep, str(target), policy)])
+                for t in (_targets(), _targets(ETA))
+            )
+            assert text == f"{then} → {later}" + ("" if was == now else " (no)")
+            held["rounds"] += was == now
+            failed_high += was != now and target >= 0.8
+        for p in ("", "best_"):
+            tost = [r[f"{p}tost_p_vs_fedcgd_fscd_holm"] for r in (a, b)]
+            held["tost"] += len({bool(t) and float(t) < 0.05 for t in tost}) == 1
+    text = " ".join(readings._section(ETA_SECTION).split())
+    counts = (held["accuracy"], held["rounds"], held["tost"])
+    assert (
+        "**{} of 12 accuracy verdicts hold**, **{} of 48 rounds verdicts** and **{} of 24 "
+        "equivalence verdicts**".format(*counts)
+    ) in text
+    assert f"Of the {48 - held['rounds']} rounds verdicts that fail, {failed_high} are" in text
+    fscd = [float(eta[(s, FSCD)]["final_accuracy_mean"]) for s in SWEEPS]
+    assert "FedCGD-FSCD ends at {:.3f} (τ = 1) and {:.3f} (τ = 5)".format(*fscd) in text
+    reached = {s: {eta[(s, p)]["reached_target"] for p in POLICIES} for s in SWEEPS}
+    assert reached == {SWEEPS[0]: {"0"}, SWEEPS[1]: {"1"}}  # "no run", "one seed of each"
+    for policy, sweep, p, said in (("poc", SWEEPS[0], "best_", "−0.043, Holm 0.036"),
+                                   ("fedcgd-gs", SWEEPS[1], "", "+0.041, Holm 0.049")):  # fmt: skip
+        row = eta[(policy, sweep)[::-1]]
+        diff, holm = float(row[f"{p}diff_vs_fedcgd_fscd"]), row[f"{p}p_value_vs_fedcgd_fscd_holm"]
+        assert said == f"{diff:+.3f}, Holm {float(holm):.3f}".replace("-", "−") and said in text
+    others = [float(r[f"{p}p_value_vs_fedcgd_fscd_holm"]) for r in base.values()
+              if r["policy"] != FSCD for p in ("", "best_")]  # fmt: skip
+    assert f"none was at η = 0.3 (least Holm p {min(others):.3f})" in text
