@@ -52,7 +52,7 @@ def _first(rows: list[dict[str, str]], target: float) -> int | None:
 
 @pytest.mark.parametrize("stem", [RERUN, ETA])
 def test_each_run_is_its_rounds(stem: str) -> None:
-    runs = readings._rows(f"{stem}_runs")
+    runs, indicator = readings._rows(f"{stem}_runs"), DOCS / f"{stem}_indicator.csv"
     assert {(r["sweep"], r["policy"], r["seed"]) for r in runs} == set(_rounds(stem))
     for run in runs:
         rows = _rounds(stem)[(run["sweep"], run["policy"], run["seed"])]
@@ -61,14 +61,14 @@ def test_each_run_is_its_rounds(stem: str) -> None:
         assert len(accuracy) == 240  # every 5th round
         assert float(run["final_accuracy"]) == accuracy[-1]
         assert float(run["max_accuracy"]) == max(accuracy)
-        assert run["rounds_to_target"] == str(_first(rows, 0.8) or "")
+        assert run["rounds_to_target"] == str(_first(rows, readings.TARGETS[stem]) or "")
         scheduled = sum(int(r["num_scheduled"]) for r in rows) / len(rows)
         assert float(run["mean_scheduled"]) == pytest.approx(scheduled, rel=1e-12)
         wemd = [float(r["wemd"]) for r in rows if r["wemd"]]  # none: nothing scheduled
         assert float(run["mean_wemd"]) == pytest.approx(sum(wemd) / len(wemd), rel=1e-12)
-    for point in readings._rows(f"{RERUN}_indicator") if stem == RERUN else ():  # Ĝ/σ̂ points
+    for point in readings._rows(indicator.stem) if indicator.exists() else ():  # Ĝ/σ̂ points
         for policy, column in ((FSCD, "fscd_late_accuracy"), ("bc", "bc_late_accuracy")):
-            rows = _rounds()[(point["setting"], policy, point["seed"])]
+            rows = _rounds(stem)[(point["setting"], policy, point["seed"])]
             lines = [{**r, "accuracy": float(r["accuracy"])} for r in rows if r["accuracy"]]
             assert float(point[column]) == pytest.approx(late_accuracy(lines), rel=1e-12)
 
@@ -77,13 +77,13 @@ def test_each_run_is_its_rounds(stem: str) -> None:
 def test_rounds_to_each_target_are_the_committed_table(stem: str) -> None:
     """``docs/<rerun>_targets.csv``: counts, sign tests and Holm recomputed with scipy, and the
     project's ``table_rows`` writes every cell."""
-    committed = _targets(stem)
-    assert len(committed) == len(TARGETS) * len(SWEEPS) * len(POLICIES)
+    committed, (sweeps, _, policies) = _targets(stem), readings.PRESETS[stem]
+    assert len(committed) == len(TARGETS) * len(sweeps) * len(policies)
     for target in TARGETS:
         reached = {key: _first(rows, target) for key, rows in _rounds(stem).items()}
-        for sweep in SWEEPS:
+        for sweep in sweeps:
             raw: dict[str, float] = {}
-            for policy in POLICIES:
+            for policy in policies:
                 row = committed[(sweep, str(target), policy)]
                 mine = [reached[(sweep, policy, str(s))] for s in range(5)]
                 ours = [reached[(sweep, FSCD, str(s))] for s in range(5)]
@@ -106,7 +106,7 @@ def test_rounds_to_each_target_are_the_committed_table(stem: str) -> None:
             for policy, expected in readings._holm(raw).items():
                 holm = committed[(sweep, str(target), policy)]["rounds_sign_p_vs_fedcgd_fscd_holm"]
                 assert float(holm) == pytest.approx(expected)
-        for sweep in SWEEPS:  # what a fresh ``fedcgd reproduce … target_accuracy=<t>`` writes
+        for sweep in sweeps:  # what a fresh ``fedcgd reproduce … target_accuracy=<t>`` writes
             runs = [
                 {**readings._typed(r), "rounds_to_target": reached[(sweep, r["policy"], r["seed"])]}
                 for r in readings._rows(f"{stem}_runs") if r["sweep"] == sweep

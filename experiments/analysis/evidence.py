@@ -117,14 +117,9 @@ class IndicatorTest:
 
 
 def indicator_test(points: Sequence[tuple[float, float]]) -> IndicatorTest:
-    """Spearman's ρ of (x, y) pairs, p exact up to 8 points; NaN under 3 points or a constant."""
-    x = np.array([p for p in points if math.isfinite(p[0]) and math.isfinite(p[1])], dtype=float)
-    if len(x) < 3 or np.ptp(x[:, 0]) == 0 or np.ptp(x[:, 1]) == 0:
-        return IndicatorTest(len(x), math.nan, math.nan)
-    if math.factorial(len(x)) <= EXACT_PAIRINGS:
-        return setting_test(*x.T.tolist())
-    result = stats.spearmanr(x[:, 0], x[:, 1])
-    return IndicatorTest(len(x), float(result.statistic), float(result.pvalue))
+    """Spearman's ρ of the finite (x, y) pairs and its permutation p (:func:`setting_test`)."""
+    finite = [p for p in points if math.isfinite(p[0]) and math.isfinite(p[1])]
+    return setting_test([x for x, _ in finite], [y for _, y in finite])
 
 
 #: Columns of ``indicator.csv``: one row per (setting, seed) with both policies' runs.
@@ -139,12 +134,15 @@ INDICATOR_TEST_COLUMNS = (
     "within_setting_rho", "within_setting_p_value", "leave_one_out_rho_min",
     "leave_one_out_rho_max", "n_points", "spearman_rho", "p_value",
 )  # fmt: skip
-#: Up to this many settings the setting-level p enumerates every pairing (8! = 40,320).
+#: Up to this many pairings a p enumerates every one (8! = 40,320), above it draws this many.
 EXACT_PAIRINGS = 10**5
 
 
 def setting_test(x: Sequence[float], y: Sequence[float]) -> IndicatorTest:
-    """Spearman's ρ of setting means, its permutation p (exact up to 8 settings, else seeded)."""
+    """Spearman's ρ of x and y (settings' means, or points) and its two-sided permutation p.
+
+    Exact up to 8 pairs, else from :data:`EXACT_PAIRINGS` draws of a generator seeded 0.
+    """
     n = len(x)
     if n < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return IndicatorTest(n, math.nan, math.nan)
