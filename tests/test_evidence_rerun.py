@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from statistics import fmean
 
+import numpy as np
 import pytest
 import test_evidence_readings as readings
 from scipy import stats
@@ -50,7 +51,7 @@ def _first(rows: list[dict[str, str]], target: float) -> int | None:
     return next(reached, None)
 
 
-@pytest.mark.parametrize("stem", [RERUN, ETA])
+@pytest.mark.parametrize("stem", [RERUN, ETA, readings.DIRICHLET])
 def test_each_run_is_its_rounds(stem: str) -> None:
     runs, indicator = readings._rows(f"{stem}_runs"), DOCS / f"{stem}_indicator.csv"
     assert {(r["sweep"], r["policy"], r["seed"]) for r in runs} == set(_rounds(stem))
@@ -73,7 +74,7 @@ def test_each_run_is_its_rounds(stem: str) -> None:
             assert float(point[column]) == pytest.approx(late_accuracy(lines), rel=1e-12)
 
 
-@pytest.mark.parametrize("stem", [RERUN, ETA])
+@pytest.mark.parametrize("stem", [RERUN, ETA, readings.DIRICHLET])
 def test_rounds_to_each_target_are_the_committed_table(stem: str) -> None:
     """``docs/<rerun>_targets.csv``: counts, sign tests and Holm recomputed with scipy, and the
     project's ``table_rows`` writes every cell."""
@@ -136,25 +137,38 @@ def _holds(a: dict[str, str], b: dict[str, str]) -> bool:
     return sides[0] == sides[1]
 
 
-def test_the_sections_tables_are_the_csvs() -> None:
-    """Per τ and policy (FSCD's rows left out): the first table's and the rerun's difference to
-    FSCD (final; best), starred where Holm's p is below 0.05, and whether the verdict holds;
-    at each target, FSCD earlier / later / tied (Holm's sign p)."""
-    first, again, targets = readings._table(LOCAL), readings._table(RERUN), _targets()
-    verdicts = readings._md_table(SECTION, "| τ | policy | first table")
-    rounds = readings._md_table(SECTION, "| τ | policy | rounds to 0.7")
-    keys = [(s, p) for s in SWEEPS for p in POLICIES if p != FSCD]
-    for cell, by_target, (sweep, policy) in zip(verdicts, rounds, keys, strict=True):
-        a, b = first[(sweep, policy)], again[(sweep, policy)]
-        shown = [f"{_verdict(r, '')}; {_verdict(r, 'best_')}" for r in (a, b)]
-        tau = sweep.removeprefix("local-steps=")
-        assert cell[:2] == by_target[:2] == [tau, policy_name(policy)]
-        assert cell[2:] == [*shown, "yes" if _holds(a, b) else "no"]
-        for text, target in zip(by_target[2:], TARGETS, strict=True):
-            row = targets[(sweep, str(target), policy)]
+@pytest.mark.parametrize(
+    ("section", "stem", "key"),
+    [(SECTION, RERUN, "τ"), (readings.ALPHA, readings.DIRICHLET, "α")],
+    ids=["tau", "alpha"],
+)
+def test_each_rounds_to_target_table_is_its_csv(section: str, stem: str, key: str) -> None:
+    """Per sweep point and policy but FSCD, at each target: FSCD earlier / later / tied (Holm's
+    sign p over the policies against FSCD), from ``docs/<stem>_targets.csv``."""
+    sweeps, _, policies = readings.PRESETS[stem]
+    rows = readings._md_table(section, f"| {key} | policy | rounds to 0.7")
+    keys = [(s, p) for s in sweeps for p in policies if p != FSCD]
+    for cells, (sweep, policy) in zip(rows, keys, strict=True):
+        point = format(float(sweep.partition("=")[2]), "g")
+        assert cells[:2] == [point, policy_name(policy)]
+        for text, target in zip(cells[2:], TARGETS, strict=True):
+            row = _targets(stem)[(sweep, str(target), policy)]
             counts = [row[f"rounds_{k}_vs_fedcgd_fscd"] for k in ("later", "earlier", "tied")]
             holm = row["rounds_sign_p_vs_fedcgd_fscd_holm"]
             assert text == " / ".join(counts) + (f" ({float(holm):.3g})" if holm else "")
+
+
+def test_the_sections_tables_are_the_csvs() -> None:
+    """Per τ and policy (FSCD's rows left out): the first table's and the rerun's difference to
+    FSCD (final; best), starred where Holm's p is below 0.05, and whether the verdict holds."""
+    first, again = readings._table(LOCAL), readings._table(RERUN)
+    verdicts = readings._md_table(SECTION, "| τ | policy | first table")
+    keys = [(s, p) for s in SWEEPS for p in POLICIES if p != FSCD]
+    for cell, (sweep, policy) in zip(verdicts, keys, strict=True):
+        a, b = first[(sweep, policy)], again[(sweep, policy)]
+        shown = [f"{_verdict(r, '')}; {_verdict(r, 'best_')}" for r in (a, b)]
+        assert cell == [sweep.removeprefix("local-steps="), policy_name(policy), *shown,
+                        "yes" if _holds(a, b) else "no"]  # fmt: skip
 
 
 def test_the_sections_readings() -> None:
@@ -270,3 +284,86 @@ def test_the_eta_01_sections_tables_and_counts() -> None:
     others = [float(r[f"{p}p_value_vs_fedcgd_fscd_holm"]) for r in base.values()
               if r["policy"] != FSCD for p in ("", "best_")]  # fmt: skip
     assert f"none was at η = 0.3 (least Holm p {min(others):.3f})" in text
+
+
+def test_what_rises_first_in_the_alpha_10_fall() -> None:
+    """FSCD's α = 10 seed-1 run around its fall ("Dirichlet α": schedules, σ̂, loss, accuracy),
+    from every round of it, which the preset's rounds file agrees with."""
+    rows = {int(r["round"]): r for r in readings._rows(f"{readings.DIRICHLET}_a10_fscd_seed1")}
+    preset = _rounds(readings.DIRICHLET)[(readings.A10, FSCD, "1")]
+    assert [[r[c] for c in ("accuracy", "num_scheduled", "wemd")] for r in preset] == [
+        [rows[int(r["round"])][c] for c in ("accuracy", "num_scheduled", "wemd")] for r in preset
+    ]
+
+    def col(column: str, rounds: range | tuple[int, ...]) -> list[float]:
+        return [float(rows[r][column]) for r in rounds if rows[r][column]]
+
+    fall, before = range(1105, 1121), range(1, 1101)
+    wemd, usual = col("wemd", fall), col("wemd", before)
+    assert max(wemd) < float(np.percentile(usual, 99))  # "balanced"
+    sigma = col("sigma", (1110, 1112, 1113, 1114, 1115, 1116, 1117, 1118))
+    available, marks = col("num_available", fall), (1110, 1115, 1120)
+    text = " ".join(readings._section(readings.ALPHA).split())
+    for said in (
+        f"(WEMD {min(wemd):.2f}–{max(wemd):.2f}, against {np.median(usual):.3f} median and "
+        f"{np.percentile(usual, 99):.2f} 99th percentile over rounds 1–1,100), with "
+        f"{min(available):.0f}–{max(available):.0f} devices available",
+        "{:.1f} at round 1,110 (median of rounds 1–1,100: {:.1f}), then {:.1f}, {:.1f}, {:.1f} "
+        "(rounds 1,112–1,114) and {:.1f}, {:.1f}, {:.1f}, {:.1f} (1,115–1,118)".format(
+            sigma[0], np.median(col("sigma", before)), *sigma[1:]
+        ),
+        "the test loss goes {:.2f} (round 1,110) → {:.2f} (1,115) → {:.2f} (1,120) and the "
+        "accuracy {:.3f} → {:.3f} → {:.3f}".format(*col("loss", marks), *col("accuracy", marks)),
+    ):
+        assert said in text, said
+
+
+def test_the_dirichlet_rerun_computed_the_runs_and_its_targets_pooled_over_alpha() -> None:
+    """Today's code made the runs of 2026-11-28 again (every column but the code), and the
+    "Dirichlet α" paragraph on rounds to four targets pooled over α (Holm over five policies)."""
+    keep = ("sweep", "policy", "seed", "final_accuracy", "max_accuracy", "rounds_to_target",
+            "mean_scheduled", "mean_wemd", "rounds_run", "devices_lost")  # fmt: skip
+    now, then = (readings._rows(f"{readings.DIRICHLET}{s}_runs") for s in ("", "_1128"))
+    assert [[r[k] for k in keep] for r in now] == [[r[k] for k in keep] for r in then]
+    assert [{r["code"] for r in runs} for runs in (now, then)] == [
+        {"14983cfa65a4fc98"},
+        {"1e6a98feee0c0b3a"},
+    ]
+    _, _, policies = readings.PRESETS[readings.DIRICHLET]
+    pooled: dict[tuple[str, float], tuple[int, int, float]] = {}
+    for target in TARGETS:
+        counts = {
+            p: [sum(int(row[f"rounds_{k}_vs_fedcgd_fscd"])
+                    for (_, t, q), row in _targets(readings.DIRICHLET).items()
+                    if (t, q) == (str(target), p)) for k in ("later", "earlier")]
+            for p in policies if p != FSCD
+        }  # fmt: skip
+        raw = {p: float(stats.binomtest(w, w + lost).pvalue) for p, (w, lost) in counts.items()}
+        pooled |= {(p, target): (*counts[p], h) for p, h in readings._holm(raw).items()}
+    bc, gs = ([pooled[(p, t)] for t in TARGETS] for p in ("bc", "fedcgd-gs"))
+    others = [pooled[(p, t)] for p in ("bn2", "poc", "fedcbs") for t in TARGETS]
+    assert [h < 0.05 for *_, h in bc] == [True, True, True, False] and {
+        w + x for w, x, _ in bc
+    } == {15}
+    assert [h < 0.05 for *_, h in gs] == [False, False, True, False]
+    assert max(h for *_, h in others) <= 0.004 and all(h < 0.05 for *_, h in others)
+    text = " ".join(readings._section(readings.ALPHA).split())
+    for said in (
+        "FSCD is earlier than BC in {}, {}, {} and {} of 15 pairs at 0.7, 0.75, 0.8 and 0.85 "
+        "(Holm {:#.2g}, {:#.2g}, {:#.2g}, {:#.2g})".format(
+            *(w for w, *_ in bc), *(h for *_, h in bc)
+        ),
+        "earlier in {} of {}, {} of {}, {} of {} and {} of {} untied pairs (Holm {:#.2g}, {:#.2g}, "
+        "{:#.2g}, {:#.2g})".format(
+            *(n for w, x, _ in gs for n in (w, w + x)), *(h for *_, h in gs)
+        ),
+        f"(at least {min(w for w, *_ in others)} of 15 pairs, Holm ≤ 0.004)",
+    ):
+        assert said in text, said
+    paper = " ".join(readings._section(readings.PAPER).split())
+    hb, hg = ([f"{h:#.2g}" for *_, h in x] for x in (bc, gs))
+    for said in (
+        f"at the targets 0.7 and 0.75 too (Holm {hb[0]}, {hb[1]}), not at 0.85 (Holm {hb[3]})",
+        f"Holm {hg[2]}), not at 0.7, 0.75 or 0.85 (Holm {hg[0]}, {hg[1]}, {hg[3]})",
+    ):
+        assert said in paper, said
