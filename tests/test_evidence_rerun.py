@@ -333,6 +333,24 @@ def test_the_alpha_10_fall_paragraph() -> None:
     assert min(after) > 0.88  # "with no fall after them"
 
 
+def _pooled_targets(stem: str) -> tuple[dict[tuple[str, float], tuple[int, int, float]], ...]:
+    """Per (policy, target), pooled over the sweep points: FSCD's earlier and later pairs and
+    Holm's sign p over the policies at that target; beside it Holm over every target's tests."""
+    _, _, policies = readings.PRESETS[stem]
+    pooled: dict[tuple[str, float], tuple[int, int, float]] = {}
+    for target in TARGETS:
+        counts = {
+            p: [sum(int(row[f"rounds_{k}_vs_fedcgd_fscd"])
+                    for (_, t, q), row in _targets(stem).items()
+                    if (t, q) == (str(target), p)) for k in ("later", "earlier")]
+            for p in policies if p != FSCD
+        }  # fmt: skip
+        raw = {p: float(stats.binomtest(w, w + lost).pvalue) for p, (w, lost) in counts.items()}
+        pooled |= {(p, target): (*counts[p], h) for p, h in readings._holm(raw).items()}
+    raw_all = [float(stats.binomtest(w, w + x).pvalue) for w, x, _ in pooled.values()]
+    return pooled, dict(zip(pooled, holm(raw_all), strict=True))
+
+
 def test_the_dirichlet_rerun_computed_the_runs_and_its_targets_pooled_over_alpha() -> None:
     """Today's code made the runs of 2026-11-28 again (every column but the code), and the
     "Dirichlet α" paragraph on rounds to four targets pooled over α (Holm over five policies)."""
@@ -344,19 +362,7 @@ def test_the_dirichlet_rerun_computed_the_runs_and_its_targets_pooled_over_alpha
         {"14983cfa65a4fc98"},
         {"1e6a98feee0c0b3a"},
     ]
-    _, _, policies = readings.PRESETS[readings.DIRICHLET]
-    pooled: dict[tuple[str, float], tuple[int, int, float]] = {}
-    for target in TARGETS:
-        counts = {
-            p: [sum(int(row[f"rounds_{k}_vs_fedcgd_fscd"])
-                    for (_, t, q), row in _targets(readings.DIRICHLET).items()
-                    if (t, q) == (str(target), p)) for k in ("later", "earlier")]
-            for p in policies if p != FSCD
-        }  # fmt: skip
-        raw = {p: float(stats.binomtest(w, w + lost).pvalue) for p, (w, lost) in counts.items()}
-        pooled |= {(p, target): (*counts[p], h) for p, h in readings._holm(raw).items()}
-    raw20 = [float(stats.binomtest(w, w + x).pvalue) for w, x, _ in pooled.values()]
-    everything = dict(zip(pooled, holm(raw20), strict=True))  # Holm over the 20
+    pooled, everything = _pooled_targets(readings.DIRICHLET)
     below = {k for k, h in everything.items() if h < 0.05}
     assert below == {("bc", 0.7)} | {(p, t) for p in ("bn2", "poc", "fedcbs") for t in TARGETS}
     bc, gs = ([pooled[(p, t)] for t in TARGETS] for p in ("bc", "fedcgd-gs"))
