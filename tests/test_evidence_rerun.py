@@ -25,7 +25,7 @@ from experiments.compare import results
 RERUN, SECTION = readings.TAU, readings.TABLE_II
 ETA, ETA_SECTION = readings.ETA01, "### The τ preset at η = 0.1"
 TARGETS = (0.7, 0.75, 0.8, 0.85)
-DOCS, FSCD, LOCAL = readings.DOCS, readings.FSCD, readings.LOCAL
+DOCS, FSCD, GC, LOCAL = readings.DOCS, readings.FSCD, readings.GC, readings.LOCAL
 SWEEPS, _, POLICIES = readings.PRESETS[LOCAL]
 Key = tuple[str, str, str]  # sweep, policy, seed
 
@@ -51,7 +51,7 @@ def _first(rows: list[dict[str, str]], target: float) -> int | None:
     return next(reached, None)
 
 
-@pytest.mark.parametrize("stem", [RERUN, ETA, readings.DIRICHLET])
+@pytest.mark.parametrize("stem", [RERUN, ETA, readings.DIRICHLET, readings.IMBALANCE])
 def test_each_run_is_its_rounds(stem: str) -> None:
     runs, indicator = readings._rows(f"{stem}_runs"), DOCS / f"{stem}_indicator.csv"
     assert {(r["sweep"], r["policy"], r["seed"]) for r in runs} == set(_rounds(stem))
@@ -74,7 +74,7 @@ def test_each_run_is_its_rounds(stem: str) -> None:
             assert float(point[column]) == pytest.approx(late_accuracy(lines), rel=1e-12)
 
 
-@pytest.mark.parametrize("stem", [RERUN, ETA, readings.DIRICHLET])
+@pytest.mark.parametrize("stem", [RERUN, ETA, readings.DIRICHLET, readings.IMBALANCE])
 def test_rounds_to_each_target_are_the_committed_table(stem: str) -> None:
     """``docs/<rerun>_targets.csv``: counts, sign tests and Holm recomputed with scipy, and the
     project's ``table_rows`` writes every cell."""
@@ -139,8 +139,12 @@ def _holds(a: dict[str, str], b: dict[str, str]) -> bool:
 
 @pytest.mark.parametrize(
     ("section", "stem", "key"),
-    [(SECTION, RERUN, "τ"), (readings.ALPHA, readings.DIRICHLET, "α")],
-    ids=["tau", "alpha"],
+    [
+        (SECTION, RERUN, "τ"),
+        (readings.ALPHA, readings.DIRICHLET, "α"),
+        (readings.RATIO, readings.IMBALANCE, "r"),
+    ],
+    ids=["tau", "alpha", "r"],
 )
 def test_each_rounds_to_target_table_is_its_csv(section: str, stem: str, key: str) -> None:
     """Per sweep point and policy but FSCD, at each target: FSCD earlier / later / tied (Holm's
@@ -189,7 +193,7 @@ def test_the_sections_readings() -> None:
         runs = (_rounds()[(sweep, policy, str(s))][:last] for s in range(5))
         return fmean(fmean(float(r[column]) for r in rows if r[column]) for rows in runs)
 
-    columns, gc = ("num_scheduled", "wemd"), readings.GC
+    columns, gc = ("num_scheduled", "wemd"), GC
     moved1 = [max(abs(mean(SWEEPS[0], p, c, 400) - mean(SWEEPS[0], p, c)) for p in POLICIES)
               for c in columns]  # fmt: skip
     for said in (
@@ -401,3 +405,49 @@ def test_the_dirichlet_rerun_computed_the_runs_and_its_targets_pooled_over_alpha
         f"Holm {hg[2]}), not at 0.7, 0.75 or 0.85 (Holm {hg[0]}, {hg[1]}, {hg[3]})",
     ):
         assert said in paper, said
+
+
+def test_the_r_rerun_its_first_tables_verdicts_and_its_targets_pooled_over_r() -> None:
+    """ "Imbalance ratio": how many of the table of 2026-11-26's verdicts hold, and rounds to four
+    targets pooled over r (Holm over six policies per target, and over all 24)."""
+    first, again = (readings._table(f"{readings.IMBALANCE}{s}") for s in ("_1126", ""))
+    keys = [k for k in again if k[1] != FSCD]
+    text = " ".join(readings._section(readings.RATIO).split())
+    assert f"of its {len(keys)} verdicts against FSCD" in text
+    assert (
+        f"and the side of 0.05 after Holm), {sum(_holds(first[k], again[k]) for k in keys)} hold"
+        in text
+    )
+    pooled, everything = _pooled_targets(readings.IMBALANCE)
+    bc, gc, gs = ([pooled[(p, t)] for t in TARGETS] for p in ("bc", GC, readings.GS))
+    shown = {p: [pooled[(p, t)][2] < 0.05 for t in TARGETS] for p in ("bc", GC, "poc")}
+    assert shown == {"bc": [True, False, False, True], GC: [True, False, True, True],
+                     "poc": [True, True, True, False]}  # fmt: skip
+    assert min(h for *_, h in gs) >= 0.23 and all(
+        pooled[(p, t)][2] <= 0.024 for p in ("bn2", "fedcbs") for t in TARGETS
+    )
+    below = {k for k, h in everything.items() if h < 0.05}
+    assert below == {(GC, 0.7)} | {(p, t) for p in ("bn2", "poc", "fedcbs") for t in TARGETS[:3]}
+
+    def pairs(rows: list[tuple[int, int, float]]) -> str:
+        return (
+            ", ".join(f"{w} of {w + x}" for w, x, _ in rows[:3])
+            + f" and {rows[3][0]} of {sum(rows[3][:2])}"
+        )
+
+    def holms(rows: list[tuple[int, int, float]]) -> str:
+        return ", ".join(f"{h:#.2g}" for *_, h in rows)
+
+    least_gs, poc, gc07 = min(h for *_, h in gs), pooled[("poc", 0.85)][2], everything[(GC, 0.7)]
+    for said in (
+        f"FSCD is earlier than BC in {pairs(bc)} untied pairs at 0.7, 0.75, 0.8 and 0.85 (Holm "
+        f'{holms(bc)}): shown at 0.7 and 0.85, not at 0.75 and 0.8, so "FSCD before BC" depends '
+        f"on the target. Against FSCD-Gc: {pairs(gc)} (Holm {holms(gc)}), shown at all but 0.75. "
+        f"Against GS at none (Holm ≥ {math.floor(100 * least_gs) / 100:.2f}); against BN2 and "
+        f"Fed-CBS at every target (Holm ≤ 0.024), against POC at all but 0.85 ({poc:.2g})",
+        f"would leave below 0.05 FSCD-Gc at 0.7 alone ({gc07:.2g}), BN2, POC and Fed-CBS at 0.7, "
+        "0.75 and 0.8, and BC at none",
+    ):
+        assert said in text, said
+    paper = " ".join(readings._section(readings.PAPER).split())
+    assert f"(Holm {gc[0][2]:.2g}; also at 0.8 and 0.85, not at 0.75)" in paper
