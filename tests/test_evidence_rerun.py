@@ -453,3 +453,23 @@ def test_the_r_rerun_its_first_tables_verdicts_and_its_targets_pooled_over_r() -
         assert said in text, said
     paper = " ".join(readings._section(readings.PAPER).split())
     assert f"(Holm {gc[0][2]:.2g}; also at 0.8 and 0.85, not at 0.75)" in paper
+
+
+#: docs/spotcheck_14983cfa/<name>_runs.csv -> the committed runs it was made again from
+SPOT = {"digits": readings.DIGITS, "attack": "attack_aggregators", "dp": "dp_aggregators",
+        "tau5": RERUN, "eta01": ETA}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(SPOT))
+def test_todays_code_computes_the_committed_runs(name: str) -> None:
+    """Runs made again with the computing code of 2026-11-30 equal the committed runs of older
+    codes in every column but the code (docs/evidence.md, "today's code")."""
+    again = readings._rows(f"spotcheck_14983cfa/{name}_runs")
+    committed = {r["result_dir"]: r for r in readings._rows(f"{SPOT[name]}_runs")}
+    assert {r["code"] for r in again} == {"14983cfa65a4fc98"}
+    assert {committed[r["result_dir"]]["code"] for r in again} != {"14983cfa65a4fc98"}
+    for run in again:
+        mine = committed[run["result_dir"]]
+        assert {k: v for k, v in run.items() if k != "code"} == {
+            k: mine[k] for k in run if k != "code"
+        }
