@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -55,7 +56,9 @@ def run_ok(
 def start_in_own_session(
     command: Sequence[str], env: Mapping[str, str], *, merge_stderr: bool = False
 ) -> subprocess.Popen[str]:
-    """Start ``command`` in the project folder, in a session of its own, with text pipes."""
+    """Start ``command`` in the project folder, in a session of its own, with text pipes and
+    SIGINT at its default, as at a terminal (a suite started in the background has it ignored,
+    and ``make`` would ignore a Ctrl-C)."""
     return subprocess.Popen(
         list(command),
         cwd=PROJECT_DIR,
@@ -64,6 +67,7 @@ def start_in_own_session(
         stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
