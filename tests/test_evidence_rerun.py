@@ -337,11 +337,14 @@ def test_the_alpha_10_fall_paragraph() -> None:
     assert min(after) > 0.88  # "with no fall after them"
 
 
-def _pooled_targets(stem: str) -> tuple[dict[tuple[str, float], tuple[int, int, float]], ...]:
+Pooled = dict[tuple[str, float], tuple[int, int, float]]  # (policy, target) -> won, lost, Holm
+
+
+def _pooled_targets(stem: str) -> tuple[Pooled, dict[tuple[str, float], float]]:
     """Per (policy, target), pooled over the sweep points: FSCD's earlier and later pairs and
     Holm's sign p over the policies at that target; beside it Holm over every target's tests."""
     _, _, policies = readings.PRESETS[stem]
-    pooled: dict[tuple[str, float], tuple[int, int, float]] = {}
+    pooled: Pooled = {}
     for target in TARGETS:
         counts = {
             p: [sum(int(row[f"rounds_{k}_vs_fedcgd_fscd"])

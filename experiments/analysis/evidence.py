@@ -134,9 +134,9 @@ INDICATOR_TEST_COLUMNS = (
     "within_setting_rho", "within_setting_p_value", "leave_one_out_rho_min",
     "leave_one_out_rho_max", "n_points", "spearman_rho", "p_value",
 )  # fmt: skip
-#: Up to this many pairings a p enumerates every one (9! = 362,880), above it draws this many:
-#: the p's standard error is at most √(2/10⁶) ≈ 0.0014.
-EXACT_PAIRINGS = 10**6
+#: Orders of the ranks a permutation p takes: every one up to this many (9! = 362,880), else
+#: this many drawn; the drawn p's standard error is at most √(2/10⁶) ≈ 0.0014.
+ORDERS = 10**6
 
 
 def setting_test(x: Sequence[float], y: Sequence[float]) -> IndicatorTest:
@@ -144,7 +144,7 @@ def setting_test(x: Sequence[float], y: Sequence[float]) -> IndicatorTest:
 
     The p is scipy's: twice the smaller share of the x ranks' orders with a ρ at least as large,
     or at least as small (at most 1), over every order up to 9 pairs, else over
-    :data:`EXACT_PAIRINGS` orders drawn by a generator seeded 0.
+    :data:`ORDERS` orders drawn by a generator seeded 0.
     """
     n = len(x)
     if n < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
@@ -157,7 +157,7 @@ def setting_test(x: Sequence[float], y: Sequence[float]) -> IndicatorTest:
         return np.moveaxis(a, axis, -1) @ y_centred / norm
 
     result = stats.permutation_test(  # one sample: its n! orders are the pairings
-        (x_ranks,), rho, permutation_type="pairings", vectorized=True, n_resamples=EXACT_PAIRINGS,
+        (x_ranks,), rho, permutation_type="pairings", vectorized=True, n_resamples=ORDERS,
         batch=10**5, rng=0,
     )  # fmt: skip
     return IndicatorTest(n, float(result.statistic), float(result.pvalue))
@@ -239,8 +239,8 @@ ALPHA = 0.05
 
 
 def _how(n: int) -> str:
-    exact = math.factorial(n) <= EXACT_PAIRINGS
-    return "exact permutation p" if exact else f"permutation p over {EXACT_PAIRINGS:,} drawn orders"
+    exact = math.factorial(n) <= ORDERS
+    return "exact permutation p" if exact else f"permutation p over {ORDERS:,} drawn orders"
 
 
 def _least(n: int) -> str:
